@@ -1,0 +1,64 @@
+"""Incremental Server-Sent Events decoder (the subset OpenAI-compatible servers use).
+
+Fed raw body bytes as they arrive, in pieces of any size; returns the `data` payload of each
+event completed by that piece. Follows the SSE spec for what matters here: lines end in LF,
+CRLF or CR; `data:` fields of one event join with LF; comment lines (`:`) and other fields are
+ignored; an event ends at a blank line. Pure, no I/O, no JSON parsing (done after the stream).
+"""
+
+from __future__ import annotations
+
+
+class SSEDecoder:
+    __slots__ = ("_data", "_has_data", "_pending", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._data: list[bytes] = []
+        self._has_data = False
+        self._skip_lf = False  # a CR ended the previous piece; a leading LF belongs to it
+
+    def feed(self, piece: bytes) -> list[str]:
+        """Decode a piece of body; return payloads of the events it completed, in order."""
+        if self._skip_lf and piece[:1] == b"\n":
+            piece = piece[1:]
+        self._skip_lf = False
+        buffer = self._pending + piece
+        events: list[str] = []
+        start = 0
+        length = len(buffer)
+        while start < length:
+            cr = buffer.find(b"\r", start)
+            lf = buffer.find(b"\n", start)
+            if cr == -1 and lf == -1:
+                break
+            if cr == -1 or (lf != -1 and lf < cr):
+                end, next_start = lf, lf + 1
+            else:
+                end = cr
+                if cr + 1 < length:
+                    next_start = cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
+                else:
+                    next_start = cr + 1
+                    self._skip_lf = True
+            self._line(buffer[start:end], events)
+            start = next_start
+        self._pending = buffer[start:]
+        return events
+
+    def _line(self, line: bytes, events: list[str]) -> None:
+        if not line:
+            if self._has_data:
+                events.append(b"\n".join(self._data).decode("utf-8", "replace"))
+            self._data = []
+            self._has_data = False
+            return
+        if line[:1] == b":":
+            return
+        field, sep, value = line.partition(b":")
+        if field != b"data":
+            return
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        self._data.append(value)
+        self._has_data = True

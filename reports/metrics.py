@@ -1,0 +1,159 @@
+"""From sample rows to per-run metric series and their summary (pure; no I/O).
+
+Definitions (README "Measurement definitions"):
+- TTFT: first content chunk − intended send. E2E: end of response − intended send.
+- ITL: gaps between successive content chunks of a request, pooled over requests (vLLM's).
+- TPOT: (E2E − TTFT) / (output tokens − 1), per request with ≥ 2 output tokens.
+- Only rows in the `measure` phase count; warm-up and cool-down rows are kept on disk.
+- Throughput: output tokens (requests) of successful requests that *completed* inside the
+  measured window, per second; its CI comes from per-second bins (autocorrelation-aware).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from reports.statistics import (
+    Estimate,
+    mean_estimate,
+    percentile_estimate,
+    rate_estimate,
+)
+
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
+REPORTED_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+METRIC_TITLES = {
+    "ttft": "Time to first token",
+    "itl": "Inter-token latency",
+    "tpot": "Time per output token",
+    "e2e": "End-to-end latency",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunSeries:
+    """Time-ordered per-request series of the measured window (seconds)."""
+
+    ttft_s: np.ndarray
+    itl_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    send_lag_s: np.ndarray
+    window_start_unix_s: float | None
+    window_s: float
+    requests: int
+    failed: int
+    output_tokens_per_bin: np.ndarray  # per 1-s bin of the window, by completion time
+    completions_per_bin: np.ndarray
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def latency(self, metric: str) -> np.ndarray:
+        return getattr(self, f"{metric}_s")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    metric: str
+    count: int
+    mean: Estimate
+    percentiles: dict[float, Estimate]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    metrics: dict[str, MetricSummary]
+    requests: int
+    ok: int
+    failed: int
+    error_rate: Estimate
+    output_tokens_per_s: Estimate
+    requests_per_s: Estimate
+    send_lag_p99_s: float | None
+    window_s: float
+    errors_by_kind: dict[str, int]
+    warnings: tuple[str, ...]
+
+
+def _error_kind(text: str) -> str:
+    head = text.split(":", 1)[0].strip()
+    return head[:60] or "unknown"
+
+
+def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
+    """Series of the `measure` rows of a samples table (any row order on input)."""
+    table = table.sort_by("intended_send_unix_s")
+    phase = np.asarray(table.column("phase").to_pylist(), dtype=object)
+    ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
+    measured = phase == "measure"
+    good = measured & ok
+
+    def floats(name: str, mask: np.ndarray) -> np.ndarray:
+        column = table.column(name).to_numpy(zero_copy_only=False)
+        values = np.asarray(column, dtype=np.float64)[mask]
+        return values[~np.isnan(values)]
+
+    ttft = floats("ttft_s", good)
+    e2e_all = np.asarray(table.column("e2e_s").to_numpy(zero_copy_only=False), dtype=np.float64)
+    ttft_all = np.asarray(table.column("ttft_s").to_numpy(zero_copy_only=False),
+                          dtype=np.float64)
+    tokens_all = np.asarray(
+        table.column("output_tokens").to_numpy(zero_copy_only=False), dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot_all = (e2e_all - ttft_all) / (tokens_all - 1.0)
+    tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
+    offsets = table.column("chunk_offsets_s").to_pylist()
+    gaps = [np.diff(np.asarray(offsets[i], dtype=np.float64))
+            for i in np.flatnonzero(good) if offsets[i] and len(offsets[i]) > 1]
+    itl = np.concatenate(gaps) if gaps else np.empty(0)
+
+    intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
+    window_start = float(intended[measured].min()) if measured.any() else None
+    n_bins = max(1, int(np.ceil(window_s / bin_s)))
+    tokens_per_bin = np.zeros(n_bins)
+    completions_per_bin = np.zeros(n_bins)
+    if window_start is not None:
+        end_unix = intended + np.nan_to_num(e2e_all, nan=np.inf)
+        inside = ok & (end_unix >= window_start) & (end_unix < window_start + n_bins * bin_s)
+        index = ((end_unix[inside] - window_start) // bin_s).astype(int)
+        np.add.at(tokens_per_bin, index, np.nan_to_num(tokens_all[inside]))
+        np.add.at(completions_per_bin, index, 1.0)
+    errors = table.column("error").to_pylist()
+    kinds = Counter(_error_kind(errors[i] or "") for i in np.flatnonzero(measured & ~ok))
+    return RunSeries(
+        ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
+        send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,
+        window_s=float(n_bins * bin_s), requests=int(measured.sum()),
+        failed=int((measured & ~ok).sum()), output_tokens_per_bin=tokens_per_bin / bin_s,
+        completions_per_bin=completions_per_bin / bin_s, errors_by_kind=dict(kinds))
+
+
+def summarize_metric(metric: str, values: np.ndarray, confidence: float = 0.95
+                     ) -> MetricSummary:
+    return MetricSummary(
+        metric=metric, count=int(values.size),
+        mean=mean_estimate(values, confidence),
+        percentiles={q: percentile_estimate(values, q, confidence)
+                     for q in REPORTED_PERCENTILES})
+
+
+def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
+    warnings: list[str] = []
+    if series.requests == 0:
+        warnings.append("no requests in the measured window")
+    ok = series.requests - series.failed
+    if series.requests and ok == 0:
+        warnings.append("every measured request failed")
+    lag = series.send_lag_s
+    return RunSummary(
+        metrics={m: summarize_metric(m, series.latency(m), confidence) for m in LATENCY_METRICS},
+        requests=series.requests, ok=ok, failed=series.failed,
+        error_rate=rate_estimate(series.failed, series.requests, confidence),
+        output_tokens_per_s=mean_estimate(series.output_tokens_per_bin, confidence),
+        requests_per_s=mean_estimate(series.completions_per_bin, confidence),
+        send_lag_p99_s=float(np.percentile(lag, 99)) if lag.size else None,
+        window_s=series.window_s, errors_by_kind=series.errors_by_kind,
+        warnings=tuple(warnings))

@@ -1,0 +1,109 @@
+"""Run Locust as a subprocess (`--headless`), exactly as a Locust user would, and watch it.
+
+The suite never imports locust itself (Locust monkey-patches the standard library on import);
+this module only builds the command line, starts it, reports progress from the rows Locust
+writes, and stops it early when the server dies.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from scenarios.model import TrafficSpec
+from scenarios.run_files import LOCUST_LOG_FILE
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile.py"
+STARTUP_ALLOWANCE_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocustResult:
+    returncode: int | None
+    log_path: Path
+    stopped_early: str | None  # why the suite stopped Locust, if it did
+
+    @property
+    def failure(self) -> str | None:
+        if self.stopped_early:
+            return self.stopped_early
+        if self.returncode not in (0, None):
+            return f"locust exited with code {self.returncode}; see {self.log_path}"
+        return None
+
+
+def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]:
+    arrival = traffic.arrival
+    run_time_s = math.ceil(traffic.warmup_s + traffic.duration_s)
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--host", base_url, "--users", str(arrival.users),
+        "--spawn-rate", f"{arrival.spawn_rate:g}", "--run-time", f"{run_time_s}s",
+        "--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
+        "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
+        "--vllm-slo-run-dir", str(run_dir),
+    ]
+    if traffic.processes > 1:
+        argv += ["--processes", str(traffic.processes)]
+    return argv
+
+
+def run_locust(
+    run_dir: Path,
+    base_url: str,
+    traffic: TrafficSpec,
+    server_failure: Callable[[], str | None],
+    progress: Callable[[float, float], None] = lambda elapsed_s, planned_s: None,
+    progress_interval_s: float = 5.0,
+) -> LocustResult:
+    log_path = run_dir / LOCUST_LOG_FILE
+    planned_s = traffic.warmup_s + traffic.duration_s
+    hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            locust_argv(run_dir, base_url, traffic), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT, start_new_session=True)
+    started = time.monotonic()
+    next_progress = started + progress_interval_s
+    stopped_early = None
+    try:
+        while process.poll() is None:
+            time.sleep(0.5)
+            now = time.monotonic()
+            died = server_failure()
+            if died is not None:
+                stopped_early = f"server died during the run: {died.splitlines()[0]}"
+                break
+            if now - started > hard_deadline_s:
+                stopped_early = f"locust still running after {hard_deadline_s:.0f}s; stopped"
+                break
+            if now >= next_progress:
+                progress(now - started, planned_s)
+                next_progress = now + progress_interval_s
+    finally:
+        if process.poll() is None:
+            _stop(process)
+    return LocustResult(process.returncode, log_path, stopped_early)
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the Locust group (master and --processes workers; rows get flushed), then
+    SIGKILL."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(grace_s)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

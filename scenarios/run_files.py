@@ -1,0 +1,11 @@
+"""Names of the files in a run folder (`runs/<UTC timestamp>-<scenario>/`)."""
+
+SCENARIO_FILE = "scenario.yaml"  # the resolved scenario (file + overrides), re-runnable
+PROVENANCE_FILE = "provenance.json"  # vLLM version, engine args, host, git commit, seed
+STATUS_FILE = "run_status.json"  # server/load-generator failures, interruption
+LOCUST_CONFIG_FILE = "locust_config.json"  # what the Locust processes read at start
+SERVER_LOG_FILE = "server.log"
+LOCUST_LOG_FILE = "locust.log"
+SERVER_METRICS_FILE = "server_metrics.jsonl"  # /metrics scrapes, one JSON line each
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"

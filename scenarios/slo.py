@@ -1,0 +1,82 @@
+"""SLO rules: the small grammar of the `slo:` block, parsed into typed rules in SI units.
+
+    slo:
+      ttft: ["p95 < 2s", "p50 < 500ms"]     # latency metrics: ttft itl tpot e2e
+      error_rate: "< 1%"                    # fraction of measured requests that failed
+      output_throughput: "> 100 tok/s"      # output tokens per second over the measured window
+      request_throughput: "> 2 req/s"
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from scenarios.units import parse_duration_s
+
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
+RATE_METRICS = ("output_throughput", "request_throughput")
+COMPARATORS = ("<", "<=", ">", ">=")
+
+_LATENCY_RULE = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s*(<=|>=|<|>)\s*(\S+(?:\s*\S+)?)\s*$")
+_ERROR_RATE_RULE = re.compile(r"^\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
+_RATE_RULE = re.compile(r"^\s*(>=|>|<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(tok/s|req/s)?\s*$")
+_RATE_UNITS = {"output_throughput": "tok/s", "request_throughput": "req/s"}
+
+
+@dataclass(frozen=True, slots=True)
+class SloRule:
+    """One SLO: `statistic(metric) comparator threshold`, threshold in SI units."""
+
+    metric: str  # ttft | itl | tpot | e2e | error_rate | output_throughput | request_throughput
+    statistic: str  # "p95", "p99.9", "mean" for latency; "rate" for error_rate; "mean" for rates
+    comparator: str  # one of COMPARATORS
+    threshold: float  # seconds for latency, fraction for error_rate, per second for rates
+    text: str  # as written, for reports
+
+    @property
+    def percentile(self) -> float | None:
+        return float(self.statistic[1:]) if self.statistic.startswith("p") else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {self.text.strip()}"
+
+
+def parse_latency_rule(metric: str, text: str) -> SloRule:
+    """`p95 < 2s` / `mean <= 500ms` -> SloRule. Raises ValueError with the allowed form."""
+    match = _LATENCY_RULE.match(text)
+    if match is None:
+        raise ValueError(
+            f"expected '<statistic> <comparator> <duration>' such as 'p95 < 2s' or "
+            f"'mean <= 500ms' (statistic p0..p100 or mean; comparator one of "
+            f"{', '.join(COMPARATORS)}), got {text!r}"
+        )
+    statistic, comparator, threshold_text = match.groups()
+    if statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
+        raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
+    threshold_s = parse_duration_s(threshold_text.replace(" ", ""))
+    return SloRule(metric, statistic, comparator, threshold_s, text)
+
+
+def parse_error_rate_rule(text: str) -> SloRule:
+    """`< 1%` or `<= 0.01` -> SloRule on the failed-request fraction."""
+    match = _ERROR_RATE_RULE.match(text)
+    if match is None:
+        raise ValueError(f"expected '< 1%' or '<= 0.01' (comparator < or <=), got {text!r}")
+    comparator, number, percent = match.groups()
+    fraction = float(number) / 100.0 if percent else float(number)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"an error rate lies between 0% and 100%, got {text!r}")
+    return SloRule("error_rate", "rate", comparator, fraction, text)
+
+
+def parse_rate_rule(metric: str, text: str) -> SloRule:
+    """`> 100 tok/s` (output_throughput) or `> 2 req/s` (request_throughput) -> SloRule."""
+    unit = _RATE_UNITS[metric]
+    match = _RATE_RULE.match(text)
+    if match is None or (match.group(3) not in (None, unit)):
+        raise ValueError(f"expected '> N {unit}' (comparator one of {', '.join(COMPARATORS)}), "
+                         f"got {text!r}")
+    comparator, number, _ = match.groups()
+    return SloRule(metric, "mean", comparator, float(number), text)

@@ -1,0 +1,106 @@
+"""vLLM's Prometheus `/metrics`, scraped and parsed with prometheus_client's real parser.
+
+A `MetricsRecorder` thread scrapes every interval during a run and appends one JSON line per
+scrape to `server_metrics.jsonl` (gauges and counters of the `vllm:` families, histogram
+`_sum`/`_count`), so the series survives a crash and the report can plot it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadtests.http_stream import HttpStreamClient
+
+_KEPT_SUFFIXES = ("", "_total", "_sum", "_count")
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {'vllm:num_requests_running{engine="0",...}': 3.0, ...}, for the
+    `vllm:` families only (histogram buckets dropped; _sum and _count kept)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") or sample.name.endswith("_created"):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
+    return values
+
+
+def total(values: dict[str, float], name: str) -> float | None:
+    """Sum of one metric over all label sets (e.g. across engines), None if absent."""
+    matches = [v for key, v in values.items() if key == name or key.startswith(name + "{")]
+    return sum(matches) if matches else None
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> dict[str, float] | None:
+    client = HttpStreamClient(base_url, timeout_s=timeout_s)
+    try:
+        response = client.request("GET", "/metrics")
+    finally:
+        client.close()
+    if response.transport_error or response.status != 200:
+        return None
+    return parse_vllm_metrics(response.body.decode("utf-8", "replace"))
+
+
+def prefix_cache_hit_rate(before: dict[str, float] | None, after: dict[str, float] | None
+                          ) -> float | None:
+    """Hit rate of the run from counter deltas (None when the server has no such counters)."""
+    if not before or not after:
+        return None
+    queries = [total(x, "vllm:prefix_cache_queries_total") for x in (before, after)]
+    hits = [total(x, "vllm:prefix_cache_hits_total") for x in (before, after)]
+    if None in queries or None in hits:
+        return None
+    delta_queries = queries[1] - queries[0]
+    return (hits[1] - hits[0]) / delta_queries if delta_queries > 0 else None
+
+
+class MetricsRecorder:
+    """Background scraper; `stop()` returns the first and last scrape."""
+
+    def __init__(self, base_url: str, path: Path, interval_s: float = 2.0):
+        self.base_url = base_url
+        self.path = path
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="metrics-recorder", daemon=True)
+        self.first: dict[str, float] | None = None
+        self.last: dict[str, float] | None = None
+
+    def start(self) -> MetricsRecorder:
+        self.first = self.last = scrape(self.base_url)
+        self._write(self.first)
+        self._thread.start()
+        return self
+
+    def _write(self, values: dict[str, float] | None) -> None:
+        if values is None:
+            return
+        with open(self.path, "a") as sink:
+            sink.write(json.dumps({"unix_s": time.time(), "values": values}) + "\n")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            values = scrape(self.base_url)
+            if values is not None:
+                self.last = values
+                self._write(values)
+
+    def stop(self) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=15)
+        final = scrape(self.base_url)
+        if final is not None:
+            self.last = final
+            self._write(final)
+        return self.first, self.last

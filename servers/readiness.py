@@ -1,0 +1,108 @@
+"""Readiness means one real completion: /health, then /v1/models, then one streamed request."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadtests.http_stream import HttpStreamClient
+from scenarios.errors import ServerError
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyServer:
+    base_url: str
+    model_id: str
+    max_model_len: int | None
+    version: str | None
+    ready_after_s: float
+
+
+def _get_json(client: HttpStreamClient, path: str) -> tuple[int, object]:
+    response = client.request("GET", path)
+    if response.transport_error:
+        return 0, response.transport_error
+    try:
+        return response.status, json.loads(response.body or b"null")
+    except json.JSONDecodeError:
+        return response.status, response.body[:200].decode("utf-8", "replace")
+
+
+def probe_completion(client: HttpStreamClient, model_id: str) -> str | None:
+    """One streamed chat completion (completions if the model has no chat template).
+    Returns None when tokens streamed back, else what went wrong."""
+    problems = []
+    for path, request in (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hello."}]}),
+        ("/v1/completions", {"prompt": "Hello"}),
+    ):
+        body = json.dumps({"model": model_id, "max_tokens": 4, "stream": True,
+                           "stream_options": {"include_usage": True}, **request}).encode()
+        response = client.request("POST", path, body)
+        if response.transport_error or response.status != 200:
+            problems.append(f"{path}: {response.status} {response.transport_error or ''}"
+                            f"{response.body[:300].decode('utf-8', 'replace')}")
+            continue
+        payloads = [json.loads(data) for _, data in response.events if data != "[DONE]"]
+        if any("error" in payload for payload in payloads):
+            problems.append(f"{path}: error event {payloads}")
+            continue
+        if any(payload.get("usage") for payload in payloads):
+            return None
+        problems.append(f"{path}: stream ended without a usage chunk")
+    return "; ".join(problems)
+
+
+def wait_until_ready(
+    base_url: str,
+    timeout_s: float,
+    model_name: str | None = None,
+    server_failure: Callable[[], str | None] = lambda: None,
+    api_key: str | None = None,
+    poll_s: float = 0.5,
+) -> ReadyServer:
+    """Block until the server answers all three checks or raise ServerError at the deadline.
+    `server_failure()` returns a reason when a launched server died (checked every poll)."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    client = HttpStreamClient(base_url, timeout_s=30.0, api_key=api_key)
+    last_problem = "no answer yet"
+    try:
+        while time.monotonic() < deadline:
+            died = server_failure()
+            if died is not None:
+                raise ServerError(died)
+            status, _ = _get_json(client, "/health")
+            if status != 200:
+                last_problem = f"/health answered {status or 'nothing'}"
+                client.close()
+                time.sleep(poll_s)
+                continue
+            status, models = _get_json(client, "/v1/models")
+            ids = ([m.get("id") for m in models.get("data", [])]
+                   if status == 200 and isinstance(models, dict) else [])
+            if not ids:
+                last_problem = f"/v1/models answered {status}: {models!r:.200}"
+                time.sleep(poll_s)
+                continue
+            if model_name is not None and model_name not in ids:
+                raise ServerError(f"{base_url} serves {ids}, not the model {model_name!r}")
+            model_id = model_name or ids[0]
+            problem = probe_completion(client, model_id)
+            if problem is not None:
+                last_problem = f"probe completion failed: {problem}"
+                time.sleep(poll_s)
+                continue
+            max_len = next((m.get("max_model_len") for m in models["data"]
+                            if m.get("id") == model_id), None)
+            status, version = _get_json(client, "/version")
+            return ReadyServer(
+                base_url=base_url, model_id=model_id, max_model_len=max_len,
+                version=version.get("version") if status == 200 and isinstance(version, dict)
+                else None,
+                ready_after_s=time.monotonic() - started)
+    finally:
+        client.close()
+    raise ServerError(f"{base_url} not ready after {timeout_s:.0f}s: {last_problem}")

