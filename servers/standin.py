@@ -485,7 +485,6 @@ class StandinApp:
         self._jitter_rng = random.Random(f"jitter:{self.config.seed}")
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._requests = 0
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
         self._finished: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
@@ -660,7 +659,6 @@ class StandinApp:
         *,
         chat: bool,
     ) -> bool:
-        self._requests += 1
         prefix = "chatcmpl" if chat else "cmpl"
         trace = _Trace(f"{prefix}-{uuid.uuid4().hex}", req.path, time.monotonic())
         try:
