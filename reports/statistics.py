@@ -21,8 +21,10 @@ import numpy as np
 from scipy import special, stats
 
 __all__ = [
+    "MAX_TRIALS_PER_VARIANT",
     "MIN_EFFECTIVE_TAIL_SAMPLES",
     "MIN_EXCEEDANCES_FOR_TAIL_ACF",
+    "MW_PLANNING_EFFICIENCY",
     "Comparison",
     "Estimate",
     "NonInferiority",
@@ -64,6 +66,12 @@ _EXACT_MW_MAX_PER_SIDE: int = 100
 
 #: ``trials_needed`` gives up (returns None) above this many trials per variant.
 MAX_TRIALS_PER_VARIANT: int = 200
+
+#: Asymptotic relative efficiency of Mann-Whitney versus the t-test used for planning: 108/125,
+#: the smallest it can be for any continuous distribution (Hodges & Lehmann 1956). For normal
+#: trial values it is 3/pi = 0.955, which plans ~10% fewer trials but then only just reaches
+#: the requested power (81% for 80% in our simulation), and less for lighter-tailed trial data.
+MW_PLANNING_EFFICIENCY: float = 108.0 / 125.0
 
 
 class Verdict(str, Enum):
@@ -805,15 +813,16 @@ def _min_trials_for_alpha(alpha: float) -> int:
 
 
 def _mann_whitney_power(n: int, sigma_log: float, delta_log: float, alpha: float) -> float:
-    """Approximate power of two-sided MW with n per side: a t-test with n * 3/pi per side."""
-    n_t = n * 3.0 / math.pi
+    """Approximate power of two-sided MW with n per side: a t-test with ``n * ARE`` per side."""
+    n_t = n * MW_PLANNING_EFFICIENCY
     df = 2.0 * n_t - 2.0
     if df <= 0:
         return 0.0
     noncentrality = delta_log / sigma_log * math.sqrt(n_t / 2.0)
     critical = float(stats.t.ppf(1.0 - alpha / 2.0, df))
-    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df,
-                                                                             noncentrality))
+    upper = float(stats.nct.sf(critical, df, noncentrality))
+    lower = float(stats.nct.cdf(-critical, df, noncentrality))  # NaN far out in the tail
+    return upper + (lower if math.isfinite(lower) else 0.0)
 
 
 def trials_needed(
@@ -827,8 +836,9 @@ def trials_needed(
     ``trial_to_trial_cv`` is the coefficient of variation (sd/mean) of the per-trial statistic
     (from a pilot), ``relative_effect`` the change to detect (0.1 = 10%). Works on the log
     scale (sd ``sqrt(log(1 + cv^2))``, effect ``log(1 + effect)``), takes the power of a
-    two-sample t-test (noncentral t) with the Mann-Whitney asymptotic relative efficiency 3/pi
-    (n * 3/pi t-test-equivalent trials per side), and never returns fewer trials than the
+    two-sample t-test (noncentral t) with ``n * MW_PLANNING_EFFICIENCY`` t-test-equivalent
+    trials per side (the worst-case Mann-Whitney efficiency 0.864 rather than the normal-theory
+    3/pi, so the plan holds whatever the shape of the trial distribution), never fewer than the
     minimum at which the exact test can reach ``alpha`` at all (4 per side at 0.05). Above
     ``MAX_TRIALS_PER_VARIANT`` it returns None with a warning.
     """
@@ -859,5 +869,5 @@ def trials_needed(
     return TrialPlan(None, trial_to_trial_cv, relative_effect, alpha, power,
                      (f"detecting a {relative_effect:.0%} change with trial-to-trial CV "
                       f"{trial_to_trial_cv:.0%} needs more than {MAX_TRIALS_PER_VARIANT} trials "
-                      "per variant; reduce the variation (longer runs, fewer restarts' effects) "
-                      "or target a larger effect",))
+                      "per variant; reduce the trial-to-trial variation or target a larger "
+                      "effect",))

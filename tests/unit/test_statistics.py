@@ -1,0 +1,494 @@
+"""Known values for reports.statistics: hand-computed cases and scipy as the reference."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from reports import statistics as st
+from reports.statistics import (
+    Comparison,
+    Estimate,
+    Verdict,
+    across_trials_estimate,
+    compare_trials,
+    effective_sample_size,
+    goodput_estimate,
+    hodges_lehmann,
+    holm_adjust,
+    lag1_autocorrelation,
+    mean_estimate,
+    min_p_value_mann_whitney,
+    non_inferiority,
+    order_statistic_interval,
+    percentile_estimate,
+    rate_estimate,
+    slo_verdict,
+    trials_needed,
+    with_holm,
+)
+
+
+def ar1(n: int, rho: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal(n)
+    z = np.empty(n)
+    z[0] = noise[0]
+    scale = math.sqrt(1.0 - rho**2)
+    for t in range(1, n):
+        z[t] = rho * z[t - 1] + scale * noise[t]
+    return z
+
+
+def estimate(low: float | None, high: float | None, value: float | None = 1.0) -> Estimate:
+    return Estimate(value, low, high, 0.95, 10, 10.0, "test")
+
+
+# --- results are small frozen values ------------------------------------------------------------
+
+
+def test_results_are_frozen_slotted_dataclasses() -> None:
+    result = percentile_estimate(np.arange(100.0), 50)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.value = 0.0  # type: ignore[misc]
+    for cls in (Estimate, Comparison, st.NonInferiority, st.TrialPlan):
+        assert dataclasses.is_dataclass(cls)
+        assert hasattr(cls, "__slots__")
+    assert isinstance(result.warnings, tuple)
+    assert Verdict.PASS == "PASS" and Verdict("INCONCLUSIVE") is Verdict.INCONCLUSIVE
+
+
+def test_module_is_pure_no_io_printing_or_plotting() -> None:
+    tree = ast.parse(Path(st.__file__).read_text())
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not called & {"print", "open", "input"}
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in (node.names if isinstance(node, ast.Import)
+                              else [ast.alias(node.module or "")])}
+    assert imported <= {"__future__", "math", "collections", "dataclasses", "enum", "functools",
+                        "numpy", "scipy"}
+
+
+# --- autocorrelation and effective sample size ---------------------------------------------
+
+
+def test_lag1_autocorrelation_hand_computed() -> None:
+    # centered [-2, -1, 0, 1, 2]: (2 + 0 + 0 + 2) / 10
+    assert lag1_autocorrelation(np.array([1.0, 2, 3, 4, 5])) == pytest.approx(0.4)
+    assert lag1_autocorrelation(np.array([1.0, -1.0] * 50)) == pytest.approx(-0.99)
+    assert lag1_autocorrelation(np.array([3.0, 3.0, 3.0])) is None
+    assert lag1_autocorrelation(np.array([1.0, 2.0])) is None
+    assert lag1_autocorrelation(np.array([1.0, np.nan, 2.0, 3.0])) == pytest.approx(0.0)
+
+
+def test_effective_sample_size_iid_is_about_n() -> None:
+    x = np.random.default_rng(0).standard_normal(20_000)
+    assert 0.9 * x.size <= effective_sample_size(x) <= x.size
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8, 0.9])
+def test_effective_sample_size_ar1_matches_theory(rho: float) -> None:
+    x = ar1(200_000, rho, seed=1)
+    expected = x.size * (1 - rho) / (1 + rho)
+    assert effective_sample_size(x) == pytest.approx(expected, rel=0.1)
+
+
+def test_effective_sample_size_edges() -> None:
+    assert effective_sample_size(np.array([])) == 0.0
+    assert effective_sample_size(np.full(50, 2.0)) == 50.0
+    assert effective_sample_size(np.array([1.0, 5.0])) == 2.0
+    assert effective_sample_size(np.cumsum(np.ones(100))) >= 1.0  # a trend: very few, not < 1
+
+
+# --- percentiles --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [50, 200, 1000, 5000])
+@pytest.mark.parametrize("q", [0.1, 0.5, 0.9, 0.95, 0.99])
+@pytest.mark.parametrize("confidence", [0.9, 0.95])
+def test_order_statistic_interval_equals_scipy_quantile_test(
+    n: int, q: float, confidence: float
+) -> None:
+    x = np.random.default_rng(n).lognormal(size=n)
+    ci = stats.quantile_test(x, q=1.0, p=q).confidence_interval(confidence)
+    ours = order_statistic_interval(np.sort(x), q, float(n), confidence)
+    if np.isnan(ci.low) or np.isnan(ci.high):
+        assert ours is None
+    else:
+        assert ours == (ci.low, ci.high)
+
+
+@pytest.mark.parametrize("percentile", [50.0, 90.0, 95.0, 99.0])
+def test_percentile_estimate_iid_is_close_to_scipy(percentile: float) -> None:
+    x = np.random.default_rng(3).lognormal(size=2000)
+    result = percentile_estimate(x, percentile)
+    assert result.value == pytest.approx(np.quantile(x, percentile / 100))
+    assert result.method == "order-statistic-ess"
+    assert 0.85 * x.size <= result.n_effective <= x.size
+    ci = stats.quantile_test(x, q=1.0, p=percentile / 100).confidence_interval(0.95)
+    sorted_x = np.sort(x)
+    # within a few order statistics of the exact iid interval (n_eff is estimated, not n)
+    assert ci.low >= result.ci_low >= sorted_x[max(0, np.searchsorted(sorted_x, ci.low) - 8)]
+    assert ci.high <= result.ci_high <= sorted_x[min(x.size - 1,
+                                                     np.searchsorted(sorted_x, ci.high) + 8)]
+
+
+def test_percentile_ci_widens_with_autocorrelation_same_values() -> None:
+    ordered = np.exp(0.8 * ar1(2000, 0.85, seed=4))
+    shuffled = np.random.default_rng(5).permutation(ordered)
+    a, b = percentile_estimate(ordered, 90), percentile_estimate(shuffled, 90)
+    assert a.value == b.value
+    assert a.n_effective < 0.35 * b.n_effective
+    assert (a.ci_high - a.ci_low) > 1.8 * (b.ci_high - b.ci_low)
+
+
+def test_percentile_tail_rule_iid() -> None:
+    x = np.random.default_rng(6).lognormal(size=100)
+    result = percentile_estimate(x, 99)
+    assert result.value is None and result.ci_low is None and result.ci_high is None
+    (message,) = result.warnings
+    match = re.match(r"insufficient samples for p99 \(need >= (\d+), have 100\)", message)
+    assert match and int(match.group(1)) >= 500
+    assert percentile_estimate(np.random.default_rng(6).lognormal(size=1000), 99).value is not None
+
+
+def test_percentile_tail_rule_counts_effective_samples() -> None:
+    series = np.exp(ar1(1000, 0.9, seed=7))
+    result = percentile_estimate(series, 99)
+    assert result.value is None
+    assert result.warnings[0].startswith("insufficient samples for p99 (need >= ")
+    assert "effective" in result.warnings[0]
+
+
+def test_percentile_edges() -> None:
+    empty = percentile_estimate(np.array([]), 95)
+    assert empty.value is None and empty.n == 0
+    assert empty.warnings[0].startswith("insufficient samples for p95 (need >= 100, have 0)")
+    for extreme in (0.0, 100.0):
+        assert percentile_estimate(np.arange(1000.0), extreme).value is None
+    with pytest.raises(ValueError):
+        percentile_estimate(np.arange(10.0), 101)
+    with pytest.raises(ValueError):
+        percentile_estimate(np.arange(10.0), 50, confidence=1.0)
+    constant = percentile_estimate(np.full(200, 0.25), 50)
+    assert (constant.value, constant.ci_low, constant.ci_high) == (0.25, 0.25, 0.25)
+
+
+def test_percentile_drops_nan_with_warning() -> None:
+    x = np.random.default_rng(8).lognormal(size=500)
+    with_nan = np.insert(x, [10, 20, 30], np.nan)
+    result = percentile_estimate(with_nan, 50)
+    assert result.n == 500
+    assert result.value == pytest.approx(np.quantile(x, 0.5))
+    assert "dropped 3 NaN values from series" in result.warnings
+
+
+def test_percentile_is_deterministic_and_fast() -> None:
+    x = np.exp(ar1(100_000, 0.8, seed=9))
+    start = time.perf_counter()
+    first = percentile_estimate(x, 99, seed=1)
+    elapsed = time.perf_counter() - start
+    assert first == percentile_estimate(x, 99, seed=2)
+    assert first.value is not None
+    assert elapsed < 0.5
+
+
+# --- means, rates, trials, goodput ------------------------------------------------------------
+
+
+def test_mean_estimate_equals_t_interval_when_independent() -> None:
+    rng = np.random.default_rng(10)
+    x = np.tile([1.0, 3.0], 100) + 0.1 * rng.standard_normal(200)  # negative lag-1: n_eff = n
+    result = mean_estimate(x)
+    assert result.n_effective == 200
+    low, high = stats.t.interval(0.95, 199, loc=x.mean(), scale=stats.sem(x))
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx((x.mean(), low, high))
+
+
+def test_mean_estimate_autocorrelated_is_wider_and_edges() -> None:
+    x = ar1(5000, 0.8, seed=11)
+    result = mean_estimate(x)
+    naive = stats.t.interval(0.95, x.size - 1, loc=x.mean(), scale=stats.sem(x))
+    assert (result.ci_high - result.ci_low) > 2.5 * (naive[1] - naive[0])
+    assert mean_estimate(np.array([])).value is None
+    assert mean_estimate(np.array([1.0])).value is None
+    assert mean_estimate(np.array([1.0, np.inf, 3.0, 2.0])).n == 3
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 10), (1, 10), (3, 100), (50, 100), (100, 100), (1, 7)])
+def test_rate_estimate_equals_scipy_clopper_pearson(k: int, n: int) -> None:
+    result = rate_estimate(k, n)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert result.value == pytest.approx(k / n)
+    assert (result.ci_low, result.ci_high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    assert result.method == "clopper-pearson"
+
+
+def test_rate_estimate_edges() -> None:
+    assert rate_estimate(0, 0).value is None
+    with pytest.raises(ValueError):
+        rate_estimate(5, 3)
+
+
+def test_across_trials_estimate() -> None:
+    values = np.array([1.2, 0.9, 1.4, 1.1, 1.0])
+    result = across_trials_estimate(values)
+    low, high = stats.t.interval(0.95, 4, loc=values.mean(), scale=stats.sem(values))
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx((1.12, low, high))
+    single = across_trials_estimate(np.array([1.5]))
+    assert (single.value, single.ci_low, single.ci_high) == (1.5, None, None)
+    assert "single trial" in single.warnings[0]
+    assert across_trials_estimate(np.array([])).value is None
+
+
+def test_goodput_estimate_independent_equals_clopper_pearson() -> None:
+    met = np.tile([True, False, True, True, True, True, True, False], 50)  # negative lag-1
+    times_s = np.linspace(0.0, 59.9, met.size)
+    result = goodput_estimate(met, times_s, window_s=60.0)
+    assert result.n_effective == met.size
+    ci = stats.binomtest(int(met.sum()), met.size).proportion_ci(method="exact")
+    scale = met.size / 60.0
+    assert result.value == pytest.approx(met.sum() / 60.0)
+    assert (result.ci_low, result.ci_high) == pytest.approx((ci.low * scale, ci.high * scale))
+
+
+def test_goodput_clustered_misses_widen_and_edges() -> None:
+    met = np.ones(1000, dtype=bool)
+    met[200:300] = False  # one outage
+    times_s = np.arange(1000) * 0.1
+    clustered = goodput_estimate(met, times_s, 100.0)
+    spread = goodput_estimate(np.random.default_rng(12).permutation(met), times_s, 100.0)
+    assert clustered.value == spread.value == pytest.approx(9.0)
+    assert (clustered.ci_high - clustered.ci_low) > 3 * (spread.ci_high - spread.ci_low)
+    assert goodput_estimate(np.array([], dtype=bool), np.array([]), 10.0).value is None
+    with pytest.raises(ValueError):
+        goodput_estimate(met, times_s[:-1], 100.0)
+    with pytest.raises(ValueError):
+        goodput_estimate(met, times_s, 0.0)
+
+
+# --- Mann-Whitney, Hodges-Lehmann, Holm ---------------------------------------------------------
+
+
+def test_min_p_value_mann_whitney() -> None:
+    assert min_p_value_mann_whitney(3, 3) == pytest.approx(0.1)
+    assert min_p_value_mann_whitney(4, 4) == pytest.approx(2 / 70)
+    assert min_p_value_mann_whitney(5, 5) == pytest.approx(2 / 252)
+    assert min_p_value_mann_whitney(0, 5) == 1.0
+    assert min_p_value_mann_whitney(1, 1) == 1.0
+    for n_a, n_b in [(3, 3), (4, 6), (8, 8)]:
+        separated = stats.mannwhitneyu(np.arange(n_a), np.arange(n_b) + 100.0, method="exact")
+        assert min_p_value_mann_whitney(n_a, n_b) == pytest.approx(separated.pvalue)
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(3, 3), (4, 7), (8, 8), (10, 10), (12, 9), (25, 30)])
+def test_compare_trials_p_value_equals_scipy_exact(n_a: int, n_b: int) -> None:
+    rng = np.random.default_rng(n_a * 100 + n_b)
+    for _ in range(5):
+        a, b = rng.lognormal(0, 0.3, n_a), rng.lognormal(0.2, 0.3, n_b)
+        result = compare_trials(a, b)
+        assert result.p_value == pytest.approx(stats.mannwhitneyu(b, a, method="exact").pvalue)
+        assert result.p_adjusted == result.p_value
+        assert result.center_a == np.median(a) and result.center_b == np.median(b)
+        assert result.significant == (result.p_value < 0.05)
+
+
+def test_hodges_lehmann_hand_computed() -> None:
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
+    shift = hodges_lehmann(a, b)  # differences 1,2,2,3,3,3,4,4,5
+    assert shift.value == 3.0 and shift.ci_low is None  # 3 vs 3 cannot reach 95%
+    ratio = hodges_lehmann(a, b, log_scale=True)  # ratios 4/3 .. 6, median 2.5
+    assert ratio.value == pytest.approx(2.5)
+    # 5 vs 5: two-sided critical U at 0.05 is 2 (P(U <= 2) = 4/252), so the CI is
+    # [D_(3), D_(23)] of the 25 sorted differences.
+    a5, b5 = np.array([1.0, 4, 9, 16, 25]), np.array([2.0, 30, 40, 50, 60])
+    differences = np.sort(np.subtract.outer(b5, a5).ravel())
+    result = hodges_lehmann(a5, b5)
+    assert result.value == np.median(differences)
+    assert (result.ci_low, result.ci_high) == (differences[2], differences[22])
+
+
+def test_hodges_lehmann_interval_is_dual_to_the_exact_test() -> None:
+    rng = np.random.default_rng(13)
+    for _ in range(200):
+        a, b = rng.lognormal(0, 0.3, 6), rng.lognormal(0.3, 0.3, 7)
+        result = compare_trials(a, b)
+        significant = result.p_value <= 0.05
+        assert (result.shift.ci_low > 0 or result.shift.ci_high < 0) == significant
+        assert (result.ratio.ci_low > 1 or result.ratio.ci_high < 1) == significant
+
+
+def test_hodges_lehmann_large_samples_use_normal_approximation() -> None:
+    rng = np.random.default_rng(14)
+    a, b = rng.normal(0, 1, 150), rng.normal(0.5, 1, 150)
+    result = hodges_lehmann(a, b)
+    assert result.ci_low < 0.5 < result.ci_high
+    assert result.ci_low < result.value < result.ci_high
+
+
+def test_compare_trials_warnings_and_edges() -> None:
+    result = compare_trials(np.array([1.0, 2, 3]), np.array([4.0, 5, 6]))
+    assert "3 trials per side can never reach p<0.05 (minimum possible p=0.1)" in result.warnings
+    assert result.p_value == pytest.approx(0.1) and not result.significant
+    unequal = compare_trials(np.array([1.0, 2]), np.array([4.0, 5, 6, 7]))
+    assert any(w.startswith("2 vs 4 trials can never reach") for w in unequal.warnings)
+    empty = compare_trials(np.array([]), np.array([1.0, 2.0]))
+    assert empty.p_value is None and not empty.significant and empty.center_a is None
+    assert compare_trials(np.array([1.0, np.nan, 2, 3, 4]), np.arange(5.0) + 10).n_a == 4
+    negative = compare_trials(np.array([-1.0, 2, 3, 4]), np.array([5.0, 6, 7, 8]))
+    assert negative.ratio.value is None and negative.shift.value is not None
+
+
+def test_compare_trials_with_ties_uses_seeded_permutation() -> None:
+    a = np.array([1.0, 2, 2, 3, 5])
+    b = np.array([4.0, 5, 6, 6, 7])
+    result = compare_trials(a, b)
+    assert any("ties" in w for w in result.warnings)
+    assert result == compare_trials(a, b)
+    # 252 arrangements: enumerated exactly, so close to the tie-corrected normal approximation
+    assert result.p_value == pytest.approx(stats.mannwhitneyu(b, a).pvalue, abs=0.02)
+
+
+def test_holm_adjust_hand_computed() -> None:
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4x, 3x, 2x, 1x = 0.02, 0.03, 0.06, 0.04 -> monotone
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx((0.03, 0.06, 0.06, 0.02))
+    assert holm_adjust([None, 0.01, 0.04]) == (None, pytest.approx(0.02), pytest.approx(0.04))
+    assert holm_adjust([0.5, 0.9]) == (1.0, 1.0)
+    assert holm_adjust([]) == ()
+    with pytest.raises(ValueError):
+        holm_adjust([1.5])
+
+
+def test_with_holm_updates_copies() -> None:
+    rng = np.random.default_rng(15)
+    comparisons = [compare_trials(rng.normal(0, 1, 10), rng.normal(shift, 1, 10))
+                   for shift in (0.0, 1.5, 3.0)]
+    adjusted = with_holm(comparisons)
+    expected = holm_adjust([c.p_value for c in comparisons])
+    for original, new, p_adj in zip(comparisons, adjusted, expected, strict=True):
+        assert original.p_adjusted == original.p_value  # the originals are untouched
+        assert new.p_adjusted == p_adj and new.p_value == original.p_value
+        assert new.significant == (p_adj < 0.05)
+
+
+def test_with_holm_warns_when_family_is_out_of_reach() -> None:
+    separated = [compare_trials(np.arange(5.0), np.arange(5.0) + 100) for _ in range(7)]
+    adjusted = with_holm(separated)  # 7 * 2/252 = 0.056
+    assert all(not c.significant for c in adjusted)
+    assert any(w.startswith("with Holm over 7 comparisons, 5 trials per side can never reach")
+               for w in adjusted[0].warnings)
+    again = with_holm(adjusted)
+    assert again[0].warnings == adjusted[0].warnings
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("comparator", "low", "high", "threshold", "verdict"),
+    [
+        ("<", 1.0, 1.5, 2.0, Verdict.PASS),
+        ("<", 1.0, 2.0, 2.0, Verdict.INCONCLUSIVE),
+        ("<", 2.0, 3.0, 2.0, Verdict.FAIL),
+        ("<", 1.0, 3.0, 2.0, Verdict.INCONCLUSIVE),
+        ("<=", 1.0, 2.0, 2.0, Verdict.PASS),
+        ("<=", 2.0, 3.0, 2.0, Verdict.INCONCLUSIVE),
+        ("<=", 2.1, 3.0, 2.0, Verdict.FAIL),
+        (">", 2.5, 3.0, 2.0, Verdict.PASS),
+        (">", 2.0, 3.0, 2.0, Verdict.INCONCLUSIVE),
+        (">", 1.0, 2.0, 2.0, Verdict.FAIL),
+        (">=", 2.0, 3.0, 2.0, Verdict.PASS),
+        (">=", 1.0, 2.0, 2.0, Verdict.INCONCLUSIVE),
+        (">=", 1.0, 1.9, 2.0, Verdict.FAIL),
+    ],
+)
+def test_slo_verdict_from_bounds(
+    comparator: str, low: float, high: float, threshold: float, verdict: Verdict
+) -> None:
+    assert slo_verdict(estimate(low, high), comparator, threshold) is verdict
+
+
+def test_slo_verdict_without_interval_is_inconclusive() -> None:
+    assert slo_verdict(estimate(None, None, None), "<", 2.0) is Verdict.INCONCLUSIVE
+    assert slo_verdict(estimate(None, None, 1.0), "<", 2.0) is Verdict.INCONCLUSIVE
+    with pytest.raises(ValueError):
+        slo_verdict(estimate(1.0, 2.0), "==", 2.0)
+
+
+def test_non_inferiority_matches_welch_on_logs() -> None:
+    rng = np.random.default_rng(16)
+    candidate, baseline = rng.lognormal(0.0, 0.1, 8), rng.lognormal(0.05, 0.1, 10)
+    result = non_inferiority(candidate, baseline, margin=0.05)
+    welch = stats.ttest_ind(np.log(candidate), np.log(baseline), equal_var=False)
+    ci = welch.confidence_interval(0.95)
+    assert result.ratio.method == "welch-log-ratio"
+    assert (result.ratio.ci_low, result.ratio.ci_high) == pytest.approx(
+        (math.exp(ci.low), math.exp(ci.high)))
+
+
+def test_non_inferiority_verdicts() -> None:
+    rng = np.random.default_rng(17)
+    baseline = rng.lognormal(0.0, 0.05, 12)
+    better = non_inferiority(0.8 * rng.lognormal(0.0, 0.05, 12), baseline, margin=0.05)
+    worse = non_inferiority(1.4 * rng.lognormal(0.0, 0.05, 12), baseline, margin=0.05)
+    noisy = non_inferiority(rng.lognormal(0.0, 0.2, 3), rng.lognormal(0.0, 0.2, 3), margin=0.05)
+    assert better.verdict is Verdict.PASS
+    assert worse.verdict is Verdict.FAIL
+    assert noisy.verdict is Verdict.INCONCLUSIVE
+    # throughput: higher is better, so a 40% rise passes and a 20% drop fails
+    assert non_inferiority(1.4 * baseline, baseline, 0.05, lower_is_better=False).verdict \
+        is Verdict.PASS
+    assert non_inferiority(0.8 * rng.lognormal(0, 0.05, 12), baseline, 0.05,
+                           lower_is_better=False).verdict is Verdict.FAIL
+
+
+def test_non_inferiority_single_trial_is_inconclusive_with_reason() -> None:
+    result = non_inferiority(np.array([1.0]), np.array([2.0]), margin=0.05)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.ratio.value == pytest.approx(0.5) and result.ratio.ci_low is None
+    assert any("needs >= 2 trials per side" in w for w in result.warnings)
+    with pytest.raises(ValueError):
+        non_inferiority(np.array([1.0, 2.0]), np.array([1.0, 2.0]), margin=-0.1)
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+
+def test_trials_needed_minimum_is_where_mann_whitney_can_reach_alpha() -> None:
+    assert trials_needed(0.01, 0.5).trials_per_variant == 4  # 2/70 < 0.05 <= 2/20
+    assert trials_needed(0.01, 0.5, alpha=0.01).trials_per_variant == 5  # 2/252 < 0.01
+    assert trials_needed(0.0, 0.1).trials_per_variant == 4
+
+
+def test_trials_needed_follows_the_normal_approximation() -> None:
+    cv, effect = 0.2, 0.1
+    sigma, delta = math.sqrt(math.log1p(cv**2)), math.log1p(effect)
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    approximate = 2 * z**2 * (sigma / delta) ** 2 / st.MW_PLANNING_EFFICIENCY
+    plan = trials_needed(cv, effect)
+    assert plan.trials_per_variant is not None
+    assert approximate <= plan.trials_per_variant <= approximate + 3
+    assert (plan.cv, plan.effect, plan.alpha, plan.power) == (cv, effect, 0.05, 0.8)
+
+
+def test_trials_needed_monotone_and_capped() -> None:
+    counts = [trials_needed(cv, 0.1).trials_per_variant for cv in (0.05, 0.1, 0.2, 0.3)]
+    assert counts == sorted(counts)
+    capped = trials_needed(0.37, 0.1)
+    assert capped.trials_per_variant is None
+    assert "needs more than 200 trials per variant" in capped.warnings[0]
+    assert trials_needed(0.2, 0.0).trials_per_variant is None
+    assert trials_needed(0.2, -0.1).trials_per_variant == trials_needed(0.2, 1 / 0.9 - 1)\
+        .trials_per_variant
+    with pytest.raises(ValueError):
+        trials_needed(-0.1, 0.1)
