@@ -1,0 +1,93 @@
+"""Calibration of reports.statistics on simulated autocorrelated, heavy-tailed latencies.
+
+The simulation lives in ``benchmarks/stats_calibration.py`` (which prints the numbers quoted in
+``docs/statistics.md``); these tests assert on the same functions at CI-sized counts. Every
+simulation is seeded, so the outcomes are reproducible.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reports.statistics import min_p_value_mann_whitney, percentile_estimate
+
+pytestmark = pytest.mark.slow
+
+
+def _load_calibration() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "stats_calibration.py"
+    spec = importlib.util.spec_from_file_location("stats_calibration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+calibration = _load_calibration()
+
+
+def test_simulated_series_have_the_intended_autocorrelation() -> None:
+    import numpy as np
+
+    from reports.statistics import lag1_autocorrelation
+
+    rng = np.random.default_rng(0)
+    z = calibration.ar1_standard(np.array([0.5, 0.9]), 200_000, rng)
+    assert [lag1_autocorrelation(row) for row in z] == pytest.approx([0.5, 0.9], abs=0.01)
+    assert z.std(axis=1) == pytest.approx([1.0, 1.0], abs=0.03)
+    effects = calibration.instance_effects(np.full(200_000, 0.25), rng)
+    assert effects.mean() == pytest.approx(1.0, abs=0.01)
+    assert effects.std() / effects.mean() == pytest.approx(0.25, abs=0.01)
+
+
+def test_percentile_intervals_cover_the_true_percentile() -> None:
+    results = {c.what: c for c in calibration.percentile_coverage(2000)}
+    for what in ("p50", "p90", "p95"):
+        assert results[what].with_value >= 0.95 * results[what].runs
+        assert 0.93 <= results[what].coverage <= 0.97, results[what]
+    # p99 from 1000 autocorrelated requests: mostly "insufficient samples"; when a value is
+    # given, its interval is conservative rather than optimistic.
+    assert results["p99"].with_value <= 0.5 * results["p99"].runs
+    assert results["p99"].coverage >= 0.93
+
+
+def test_goodput_interval_covers_the_true_goodput() -> None:
+    results = {c.what: c for c in calibration.mean_and_goodput_coverage(1000)}
+    assert 0.93 <= results["goodput"].coverage <= 0.97
+    assert results["mean"].coverage >= 0.90  # heavy tail: documented slight under-coverage
+
+
+def test_aa_trial_comparison_false_positive_rate_is_nominal() -> None:
+    trials = 8  # the exact test's achievable size at 8 vs 8 is 0.0499
+    assert min_p_value_mann_whitney(trials, trials) < 0.05
+    rate = calibration.aa_trials_false_positive_rate(2000, trials)
+    assert 0.03 <= rate <= 0.07
+
+
+def test_naive_per_request_test_is_far_off() -> None:
+    assert calibration.naive_per_request_false_positive_rate(1000) > 0.20
+    # autocorrelation alone, with no restart-to-restart effect, already breaks it
+    without = calibration.naive_per_request_false_positive_rate(1000, with_instance_effect=False)
+    assert without > 0.20
+
+
+def test_power_at_the_recommended_trial_count() -> None:
+    power = calibration.power_at_recommended_trials(600, effect=0.10, percentile=99.0)
+    assert power.trials_per_variant >= 4
+    assert power.detected >= 0.80, power
+
+
+def test_non_inferiority_false_pass_rate_at_the_margin() -> None:
+    rate = calibration.non_inferiority_false_pass_rate(1000, trials_per_side=10, margin=0.05)
+    assert rate <= 0.04  # nominal 0.025 for a two-sided 95% interval
+
+
+def test_percentile_estimate_is_fast_on_100k_samples() -> None:
+    assert calibration.percentile_timing_s(100_000, repeats=3) < 0.5
+    assert percentile_estimate is calibration.percentile_estimate
