@@ -57,7 +57,8 @@ def build_view(summary: dict[str, Any], series: RunSeries, table: pa.Table,
     outcome = _OUTCOMES.get(summary["exit_code"], "ERROR")
     slo_rows = [{"verdict": s["verdict"], "metric": s["metric"], "rule": s["text"],
                  "observed": _observed(s),
-                 "notes": "; ".join(s["observed"]["warnings"])} for s in summary["slos"]]
+                 "notes": "; ".join([s["basis"], *s["observed"]["warnings"]])}
+                for s in summary["slos"]]
     metric_rows = []
     for name, metric in summary["metrics"].items():
         p = metric["percentiles"]

@@ -78,7 +78,7 @@ def build_summary(
             {"metric": r.rule.metric, "statistic": r.rule.statistic,
              "comparator": r.rule.comparator, "threshold": r.rule.threshold,
              "text": r.rule.text, "observed": estimate_dict(r.observed),
-             "verdict": r.verdict.value}
+             "verdict": r.verdict.value, "basis": r.basis}
             for r in slo_results
         ],
         "exit_code": int(exit_code),

@@ -9,8 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from reports.metrics import RunSeries, RunSummary
-from reports.statistics import Estimate, Verdict, percentile_estimate, slo_verdict
+from reports.statistics import (
+    Estimate,
+    Verdict,
+    _clopper_pearson,
+    _quantile_effective_size,
+    percentile_estimate,
+    slo_verdict,
+)
 from scenarios.errors import ExitCode
 from scenarios.slo import SloRule
 
@@ -20,6 +29,49 @@ class SloResult:
     rule: SloRule
     observed: Estimate
     verdict: Verdict
+    basis: str  # how the verdict was reached, for reports
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdTest:
+    """P(X below threshold) with its CI from the effective sample size, against q."""
+
+    fraction_below: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    n_effective: float
+    verdict: Verdict
+
+
+def percentile_threshold_test(series_time_ordered: np.ndarray, percentile: float,
+                              comparator: str, threshold: float, confidence: float = 0.95
+                              ) -> ThresholdTest:
+    """Decide `p{q} <comparator> threshold` by the quantile test (as scipy.stats.quantile_test)
+    with the binomial count scaled to the effective sample size of the indicator series
+    `x_t < threshold` in time order. It decides from the data around the threshold, so a
+    percentile whose point estimate is withheld for lack of tail samples can still clearly
+    pass or fail (e.g. every request far above a threshold)."""
+    x = np.asarray(series_time_ordered, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = x.size
+    if n == 0:
+        return ThresholdTest(None, None, None, 0, 0.0, Verdict.INCONCLUSIVE)
+    q = percentile / 100.0
+    below = (x <= threshold) if comparator in ("<=", ">") else (x < threshold)
+    fraction = float(below.mean())
+    # the indicator's own autocorrelation, capped by the one at the nearest level with enough
+    # exceedances (a constant or nearly constant indicator says nothing about clustering)
+    n_eff = min(_quantile_effective_size(x, q, threshold),
+                _quantile_effective_size(x, q, float(np.quantile(x, q))))
+    low, high = _clopper_pearson(fraction * n_eff, n_eff, confidence)
+    if comparator in ("<", "<="):  # holds when more than q of the mass lies below
+        verdict = (Verdict.PASS if low > q else Verdict.FAIL if high < q
+                   else Verdict.INCONCLUSIVE)
+    else:  # ">" / ">=": holds when less than q of the mass lies below
+        verdict = (Verdict.PASS if high < q else Verdict.FAIL if low > q
+                   else Verdict.INCONCLUSIVE)
+    return ThresholdTest(fraction, low, high, n, n_eff, verdict)
 
 
 def observed_for(rule: SloRule, series: RunSeries, summary: RunSummary,
@@ -44,8 +96,23 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
     results = []
     for rule in rules:
         observed = observed_for(rule, series, summary, confidence)
-        results.append(SloResult(rule, observed,
-                                 slo_verdict(observed, rule.comparator, rule.threshold)))
+        if rule.percentile is not None and rule.metric in summary.metrics:
+            test = percentile_threshold_test(series.latency(rule.metric), rule.percentile,
+                                             rule.comparator, rule.threshold, confidence)
+            if test.fraction_below is None:
+                basis = "no samples"
+            else:
+                needs = "more" if rule.comparator[0] == "<" else "less"
+                basis = (f"{test.fraction_below:.1%} of {test.n} requests below the threshold "
+                         f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
+                         f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
+            results.append(SloResult(rule, observed, test.verdict, basis))
+        else:
+            basis = (f"{observed.confidence:.0%} CI vs threshold ({observed.method})"
+                     if observed.value is not None else "; ".join(observed.warnings))
+            results.append(SloResult(rule, observed,
+                                     slo_verdict(observed, rule.comparator, rule.threshold),
+                                     basis))
     return tuple(results)
 
 

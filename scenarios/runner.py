@@ -102,7 +102,8 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
                 f"vLLM {ready.version}")
             provenance.update({"vllm_version": ready.version, "model_id": ready.model_id,
                                "max_model_len": ready.max_model_len,
-                               "server_url": server.base_url})
+                               "server_url": server.base_url,
+                               "server_pid": getattr(server, "pid", None)})
             (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
             (run_dir / LOCUST_CONFIG_FILE).write_text(json.dumps({
                 "traffic": scenario.traffic.model_dump(mode="json", by_alias=True),

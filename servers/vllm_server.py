@@ -167,6 +167,11 @@ class VllmServer:
     def base_url(self) -> str:
         return self.plan.base_url
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id, which is also its process group id."""
+        return self.process.pid if self.process is not None else None
+
     def __enter__(self) -> VllmServer:
         self.start()
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ def _decode_in_pieces(body: bytes, cuts: list[int]) -> list[str]:
     decoder = SSEDecoder()
     events: list[str] = []
     bounds = [0, *cuts, len(body)]
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         events.extend(decoder.feed(body[start:end]))
     return events
 
