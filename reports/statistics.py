@@ -31,6 +31,7 @@ __all__ = [
     "TrialPlan",
     "Verdict",
     "across_trials_estimate",
+    "clopper_pearson_interval",
     "compare_trials",
     "effective_sample_size",
     "goodput_estimate",
@@ -43,6 +44,7 @@ __all__ = [
     "order_statistic_interval",
     "percentile_estimate",
     "percentile_label",
+    "quantile_effective_size",
     "rate_estimate",
     "slo_verdict",
     "trials_needed",
@@ -305,6 +307,18 @@ def _quantile_effective_size(x: np.ndarray, q: float, value: float) -> float:
     return n_eff
 
 
+def quantile_effective_size(series_time_ordered: np.ndarray, q: float, threshold: float) -> float:
+    """Effective sample size of the indicator ``x_t <= threshold`` for the q-quantile (q in [0,1]).
+
+    The effective size ``percentile_estimate`` uses (with ``threshold`` its point estimate),
+    including the far-tail cap; NaNs are dropped. 0 for an empty series.
+    """
+    x, _ = _drop_nan(series_time_ordered, "series")
+    if x.size == 0:
+        return 0.0
+    return _quantile_effective_size(x, q, threshold)
+
+
 def percentile_estimate(
     series_time_ordered: np.ndarray,
     percentile: float,
@@ -409,6 +423,17 @@ def _clopper_pearson(successes: float, trials: float, confidence: float) -> tupl
     high = 1.0 if successes >= trials else float(
         special.betaincinv(successes + 1, trials - successes, 1.0 - tail))
     return low, high
+
+
+def clopper_pearson_interval(
+    successes: float, trials: float, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Clopper-Pearson interval for a proportion; non-integer (effective) counts are allowed."""
+    _check_confidence(confidence)
+    if not (0.0 <= successes <= trials) or trials <= 0.0:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes} of "
+                         f"{trials}")
+    return _clopper_pearson(float(successes), float(trials), confidence)
 
 
 def rate_estimate(successes: int, trials: int, confidence: float = 0.95) -> Estimate:

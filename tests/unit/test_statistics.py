@@ -234,6 +234,22 @@ def test_rate_estimate_equals_scipy_clopper_pearson(k: int, n: int) -> None:
     assert result.method == "clopper-pearson"
 
 
+def test_clopper_pearson_interval_with_effective_counts() -> None:
+    ci = stats.binomtest(3, 40).proportion_ci(method="exact")
+    assert st.clopper_pearson_interval(3, 40) == pytest.approx((ci.low, ci.high))
+    low, high = st.clopper_pearson_interval(1.5, 20.0)  # halved effective counts: wider
+    assert low < ci.low and high > ci.high
+    with pytest.raises(ValueError):
+        st.clopper_pearson_interval(3, 0)
+
+
+def test_quantile_effective_size_is_the_one_percentile_estimate_uses() -> None:
+    x = np.exp(ar1(3000, 0.7, seed=18))
+    result = percentile_estimate(x, 95)
+    assert st.quantile_effective_size(x, 0.95, result.value) == result.n_effective
+    assert st.quantile_effective_size(np.array([np.nan]), 0.5, 1.0) == 0.0
+
+
 def test_rate_estimate_edges() -> None:
     assert rate_estimate(0, 0).value is None
     with pytest.raises(ValueError):
