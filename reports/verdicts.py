@@ -15,9 +15,9 @@ from reports.metrics import RunSeries, RunSummary
 from reports.statistics import (
     Estimate,
     Verdict,
-    _clopper_pearson,
-    _quantile_effective_size,
+    clopper_pearson_interval,
     percentile_estimate,
+    quantile_effective_size,
     slo_verdict,
 )
 from scenarios.errors import ExitCode
@@ -62,9 +62,9 @@ def percentile_threshold_test(series_time_ordered: np.ndarray, percentile: float
     fraction = float(below.mean())
     # the indicator's own autocorrelation, capped by the one at the nearest level with enough
     # exceedances (a constant or nearly constant indicator says nothing about clustering)
-    n_eff = min(_quantile_effective_size(x, q, threshold),
-                _quantile_effective_size(x, q, float(np.quantile(x, q))))
-    low, high = _clopper_pearson(fraction * n_eff, n_eff, confidence)
+    n_eff = min(quantile_effective_size(x, q, threshold),
+                quantile_effective_size(x, q, float(np.quantile(x, q))))
+    low, high = clopper_pearson_interval(fraction * n_eff, n_eff, confidence)
     if comparator in ("<", "<="):  # holds when more than q of the mass lies below
         verdict = (Verdict.PASS if low > q else Verdict.FAIL if high < q
                    else Verdict.INCONCLUSIVE)

@@ -63,6 +63,6 @@ def process_group_alive(pgid: int) -> bool:
 
 
 def processes_in_group(pgid: int) -> list[str]:
-    listing = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True,
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,args="], capture_output=True,
                              text=True).stdout
     return [line for line in listing.splitlines() if line.split()[1:2] == [str(pgid)]]

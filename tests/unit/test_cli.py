@@ -1,0 +1,33 @@
+"""The thin CLI: usage and configuration errors are exit code 2 with one clear message."""
+
+from __future__ import annotations
+
+import pytest
+
+from scenarios.cli import main
+
+
+def test_bad_override_exits_2_naming_key_value_and_choices(capsys: pytest.CaptureFixture
+                                                           ) -> None:
+    assert main(["run", "scenario=chat", "traffic.arrival.users=lots"]) == 2
+    error = capsys.readouterr().err
+    assert "chat.yaml" in error and "traffic.arrival.users = 'lots'" in error
+    assert "valid integer" in error
+
+
+def test_missing_scenario_and_unknown_file(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "traffic.duration=3s"]) == 2
+    assert "which scenario?" in capsys.readouterr().err
+    assert main(["scenario=does/not/exist.yaml"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_unknown_subcommand_is_usage_error(capsys: pytest.CaptureFixture) -> None:
+    assert main(["frobnicate"]) == 2
+    assert main(["report", "/nonexistent/run"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_lists_shipped_scenarios(capsys: pytest.CaptureFixture) -> None:
+    assert main(["scenarios"]) == 0
+    assert "chat" in capsys.readouterr().out.split()

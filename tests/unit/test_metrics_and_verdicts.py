@@ -1,0 +1,120 @@
+"""From rows to metrics and verdicts, on hand-built samples with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from reports.metrics import run_series, summarize
+from reports.samples import SAMPLE_SCHEMA
+from reports.statistics import Verdict
+from reports.verdicts import (
+    choose_exit_code,
+    evaluate_slos,
+    invalid_measurement_reasons,
+    percentile_threshold_test,
+)
+from scenarios.errors import ExitCode
+from scenarios.slo import parse_error_rate_rule, parse_latency_rule, parse_rate_rule
+
+T0 = 1_800_000_000.0
+
+
+def row(i: int, *, phase: str = "measure", ok: bool = True, ttft: float = 0.1,
+        gaps: tuple[float, ...] = (0.02, 0.02, 0.02), tokens: int = 4,
+        send: float | None = None) -> dict:
+    offsets = list(np.cumsum([ttft, *gaps])) if ok else []
+    return {
+        "request_id": f"r{i}", "process_id": 1, "user_id": 0, "conversation_id": i, "turn": 0,
+        "phase": phase, "endpoint": "chat",
+        "intended_send_unix_s": T0 + (i if send is None else send), "send_unix_s": T0 + i,
+        "send_lag_s": 0.0, "ttft_s": ttft if ok else None,
+        "e2e_s": (offsets[-1] if ok else 0.5), "chunk_offsets_s": offsets,
+        "output_tokens": tokens if ok else None, "prompt_tokens": 10, "max_tokens": tokens,
+        "status_code": 200 if ok else 503, "ok": ok,
+        "error": None if ok else "HTTP 503: busy", "finish_reason": "length" if ok else None}
+
+
+def table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+
+
+def test_definitions_on_known_rows() -> None:
+    rows = [row(0, phase="warmup", ttft=9.0),
+            row(1, ttft=0.1, gaps=(0.02, 0.04, 0.06)),
+            row(2, ttft=0.3, gaps=(0.01,), tokens=2),
+            row(3, ok=False)]
+    series = run_series(table(rows), window_s=10.0)
+    assert series.requests == 3 and series.failed == 1  # warm-up excluded
+    assert list(series.ttft_s) == [0.1, 0.3]
+    assert list(series.itl_s) == pytest.approx([0.02, 0.04, 0.06, 0.01])  # pooled gaps
+    # TPOT = (E2E - TTFT) / (tokens - 1)
+    assert list(series.tpot_s) == pytest.approx([0.12 / 3, 0.01 / 1])
+    assert list(series.e2e_s) == pytest.approx([0.22, 0.31])
+    assert series.errors_by_kind == {"HTTP 503": 1}
+    # throughput: tokens of successful requests by completion second within the window; the
+    # warm-up request sent at 0 s completes at 9.06 s, inside the window [1 s, 11 s): counted
+    assert list(series.output_tokens_per_bin) == [4, 2, 0, 0, 0, 0, 0, 0, 4, 0]
+    assert list(series.completions_per_bin) == [1, 1, 0, 0, 0, 0, 0, 0, 1, 0]
+
+
+def test_empty_and_all_failed_give_warnings_not_zeros() -> None:
+    empty = summarize(run_series(table([]), window_s=5.0))
+    assert empty.metrics["ttft"].percentiles[50.0].value is None
+    assert "no requests in the measured window" in empty.warnings
+    assert empty.error_rate.value is None
+    failed = summarize(run_series(table([row(i, ok=False) for i in range(5)]), window_s=5.0))
+    assert failed.metrics["e2e"].mean.value is None
+    assert "every measured request failed" in failed.warnings
+    assert failed.error_rate.value == 1.0
+    assert invalid_measurement_reasons(failed, None, None) == (
+        "no successful request in the measured window",)
+
+
+def test_threshold_test_against_known_binomial_bounds() -> None:
+    rng = np.random.default_rng(1)
+    independent = rng.exponential(0.1, 2000)  # iid: effective size ~ n
+    clear_pass = percentile_threshold_test(independent, 95.0, "<", 1.0)
+    assert clear_pass.verdict is Verdict.PASS
+    clear_fail = percentile_threshold_test(independent, 50.0, "<", 0.01)
+    assert clear_fail.verdict is Verdict.FAIL
+    # the true median of Exp(0.1) is 0.0693: a threshold right there cannot be decided
+    borderline = percentile_threshold_test(independent, 50.0, "<", 0.1 * np.log(2))
+    assert borderline.verdict is Verdict.INCONCLUSIVE
+    assert 0.45 < borderline.fraction_below < 0.55
+    assert percentile_threshold_test(np.array([]), 50.0, "<", 1.0).verdict is (
+        Verdict.INCONCLUSIVE)
+    # ">" mirrors: the median is above 0.01 for sure
+    assert percentile_threshold_test(independent, 50.0, ">", 0.01).verdict is Verdict.PASS
+
+
+def test_clustered_requests_are_less_decisive_than_independent_ones() -> None:
+    rng = np.random.default_rng(2)
+    values = rng.exponential(0.1, 200)
+    clustered = np.repeat(values[:20], 10)  # 20 batches of 10 identical latencies
+    threshold = float(np.quantile(values, 0.97))
+    independent_test = percentile_threshold_test(values, 90.0, "<", threshold)
+    clustered_test = percentile_threshold_test(clustered, 90.0, "<", threshold)
+    assert clustered_test.n_effective < independent_test.n_effective / 3
+
+
+def test_verdicts_and_exit_codes() -> None:
+    rows = [row(i, ttft=0.05 + 0.001 * (i % 7)) for i in range(400)]
+    series = run_series(table(rows), window_s=400.0)
+    summary = summarize(series)
+    rules = [parse_latency_rule("ttft", "p50 < 1s"), parse_latency_rule("ttft", "p50 < 10ms"),
+             parse_latency_rule("itl", "p99 < 1s"), parse_error_rate_rule("< 5%"),
+             parse_rate_rule("request_throughput", "> 100 req/s")]
+    results = evaluate_slos(rules, series, summary)
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.FAIL, Verdict.PASS,
+                                            Verdict.PASS, Verdict.FAIL]
+    assert all(r.basis for r in results)
+    assert choose_exit_code(results, ()) is ExitCode.SLO_FAILED
+    assert choose_exit_code(results[:1], ()) is ExitCode.PASS
+    assert choose_exit_code(results[:1], ("server died",)) is ExitCode.INVALID_MEASUREMENT
+    inconclusive = evaluate_slos([parse_latency_rule("ttft", "p99 < 1s")],
+                                 run_series(table(rows[:20]), 20.0),
+                                 summarize(run_series(table(rows[:20]), 20.0)))
+    assert inconclusive[0].verdict is Verdict.INCONCLUSIVE
+    assert choose_exit_code(inconclusive, ()) is ExitCode.INCONCLUSIVE
