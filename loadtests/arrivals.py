@@ -1,0 +1,75 @@
+"""Open-loop arrival schedules: intended send times, pre-sampled from a seed (pure, no I/O).
+
+poisson: exponential gaps at `rate`; gamma: gamma gaps with shape = burstiness and mean 1/rate
+(vLLM bench's definition: burstiness 1 is Poisson, < 1 burstier, > 1 more regular); constant:
+evenly spaced; open-loop stages: Poisson at each stage's rate within the stage, the last stage
+lasting until the end of the run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scenarios.model import ArrivalSpec
+
+
+def _gaps(rng: np.random.Generator, kind: str, rate: float, burstiness: float, count: int
+          ) -> np.ndarray:
+    if kind == "constant":
+        return np.full(count, 1.0 / rate)
+    if kind == "gamma":
+        return rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count)
+    return rng.exponential(1.0 / rate, size=count)
+
+
+def _segment(rng: np.random.Generator, kind: str, rate: float, burstiness: float,
+             start_s: float, end_s: float) -> np.ndarray:
+    """Arrival offsets in [start_s, end_s); the first arrival at start_s for constant."""
+    span = end_s - start_s
+    if span <= 0:
+        return np.empty(0)
+    expected = rate * span
+    count = int(expected + 6.0 * np.sqrt(expected) + 16)
+    while True:
+        gaps = _gaps(rng, kind, rate, burstiness, count)
+        if kind == "constant":
+            times = start_s + np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+        else:
+            times = start_s + np.cumsum(gaps)
+        if times[-1] >= end_s:
+            return times[times < end_s]
+        count *= 2
+
+
+def arrival_offsets_s(arrival: ArrivalSpec, total_s: float, seed: int) -> np.ndarray:
+    """Sorted intended send offsets (seconds from the start of traffic) over [0, total_s)."""
+    if not arrival.open_loop:
+        raise ValueError(f"arrival kind {arrival.kind!r} is closed loop: no schedule")
+    rng = np.random.default_rng([seed, 0xA11])
+    if arrival.kind != "stages":
+        assert arrival.rate is not None
+        return _segment(rng, arrival.kind, arrival.rate, arrival.burstiness, 0.0, total_s)
+    pieces = []
+    start = 0.0
+    for index, stage in enumerate(arrival.stages):
+        last = index == len(arrival.stages) - 1
+        end = total_s if last else min(total_s, start + stage.duration_s)
+        assert stage.rate is not None
+        pieces.append(_segment(rng, "poisson", stage.rate, 1.0, start, end))
+        start = end
+        if start >= total_s:
+            break
+    return np.concatenate(pieces) if pieces else np.empty(0)
+
+
+def users_at(arrival: ArrivalSpec, elapsed_s: float) -> int:
+    """Closed-loop stages: the user count in force `elapsed_s` into the run."""
+    start = 0.0
+    for stage in arrival.stages:
+        start += stage.duration_s
+        if elapsed_s < start:
+            assert stage.users is not None
+            return stage.users
+    last = arrival.stages[-1].users
+    assert last is not None
+    return last
