@@ -1,12 +1,19 @@
-"""The Locust side of vllm-slo: users that stream OpenAI-compatible requests and record one
-row per request. Run by the suite as
+"""The Locust side of vllm-slo: users that stream OpenAI-compatible requests from the run's
+pre-sampled request plan and record one row per request. The suite runs
 
     locust -f loadtests/locustfile.py --headless --host URL -u N -r R -t T \
-        --vllm-slo-run-dir runs/<id>
+        --vllm-slo-run-dir runs/<id> ClosedLoopUser|OpenLoopUser
 
-and usable by hand the same way (it reads `<run-dir>/locust_config.json`, written by the
-suite). Locust's own statistics are fed for its live UI only; every reported number comes from
-the rows written to `<run-dir>/samples/`.
+and it works by hand the same way (it reads `<run-dir>/locust_config.json` and
+`<run-dir>/requests.parquet`, written by the suite). Locust's own statistics feed its console
+only; every reported number comes from the rows written to `<run-dir>/samples/`.
+
+Closed loop (`ClosedLoopUser`): each user works through one conversation at a time, turn after
+turn, with think time; intended send time = actual send time.
+Open loop (`OpenLoopUser`): users are the in-flight slots (`max_in_flight`); a free slot claims
+the next scheduled arrival and sends it at its intended time. An arrival claimed after its time
+(every slot was busy) is marked `queued_for_slot`; its latency counts from the intended time,
+so queueing is included (coordinated-omission-safe).
 """
 
 from __future__ import annotations
@@ -18,31 +25,97 @@ import time
 from pathlib import Path
 
 import gevent
+import numpy as np
 from locust import User, constant, events, task
+from locust.exception import StopUser
 from locust.runners import MasterRunner
 
+from loadtests.arrivals import arrival_offsets_s
 from loadtests.http_stream import HttpStreamClient
-from loadtests.openai_stream import request_body, send_streamed
-from loadtests.prompts import ChatSource, flatten_for_completions
+from loadtests.openai_stream import RequestOutcome, request_body, send_streamed
+from loadtests.plan import PlannedRequest, RequestPlan, read_plan
+from loadtests.prompts import flatten_for_completions
 from reports.samples import SAMPLES_DIR, SampleWriter
 from scenarios.model import TrafficSpec
-from scenarios.run_files import LOCUST_CONFIG_FILE
+from scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
 
 FLUSH_INTERVAL_S = 1.0
+SCHEDULE_LEAD_S = 0.5  # open loop: time for the slots to spawn before the first arrival
+LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
 
 
-class _Recorder:
-    """Per-process state: the traffic spec, the prompt source and the sample writer."""
+class _Run:
+    """Per-process state: configuration, plan, schedule and the sample writer."""
 
-    traffic: TrafficSpec | None = None
-    model_id = ""
-    api_key: str | None = None
-    run_dir: Path | None = None
-    source: ChatSource | None = None
-    writer: SampleWriter | None = None
-    start_unix_s: float | None = None
-    next_user_id = 0
-    flusher: gevent.Greenlet | None = None
+    def __init__(self) -> None:
+        self.traffic: TrafficSpec | None = None
+        self.model_id = ""
+        self.api_key: str | None = None
+        self.run_dir: Path | None = None
+        self.plan: RequestPlan | None = None
+        self.conversations: list[list[int]] = []
+        self.process_index = 0
+        self.process_count = 1
+        self.writer: SampleWriter | None = None
+        self.flusher: gevent.Greenlet | None = None
+        self.start_perf_s: float | None = None
+        self.start_unix_s: float | None = None
+        self.schedule_indices = np.empty(0, dtype=np.int64)
+        self.schedule_offsets_s = np.empty(0)
+        self.next_arrival = 0
+        self.conversations_claimed = 0
+        self.next_user_id = 0
+
+    def configure(self, run_dir: Path, worker_index: int, runs_users: bool) -> None:
+        self.run_dir = run_dir
+        config = json.loads((run_dir / LOCUST_CONFIG_FILE).read_text())
+        self.traffic = TrafficSpec.model_validate(config["traffic"])
+        if not runs_users:  # a --processes master: it only needs the traffic (load shapes)
+            return
+        self.model_id = config["model_id"]
+        key_env = config.get("api_key_env")
+        self.api_key = os.environ.get(key_env) if key_env else None
+        self.process_count = max(1, int(config.get("process_count", 1)))
+        self.process_index = worker_index % self.process_count
+        self.plan = read_plan(run_dir / PLAN_FILE)
+        by_conversation: dict[int, list[int]] = {}
+        for position, request in enumerate(self.plan.requests):
+            by_conversation.setdefault(request.conversation_id, []).append(position)
+        self.conversations = list(by_conversation.values())
+        if self.traffic.arrival.open_loop:
+            offsets = arrival_offsets_s(self.traffic.arrival, self.traffic.total_s,
+                                        self.traffic.seed)
+            indices = np.arange(offsets.size)
+            mine = indices % self.process_count == self.process_index
+            self.schedule_indices, self.schedule_offsets_s = indices[mine], offsets[mine]
+
+    def start(self) -> None:
+        if self.start_perf_s is None:
+            lead = SCHEDULE_LEAD_S if self.traffic and self.traffic.arrival.open_loop else 0.0
+            self.start_perf_s = time.perf_counter() + lead
+            self.start_unix_s = time.time() + lead
+
+    def claim_conversation(self) -> list[int]:
+        """Closed loop: conversations in plan order, striped over processes; cycles at the end
+        of the plan (reused prompts show up as repeated plan_index values)."""
+        position = self.process_index + self.conversations_claimed * self.process_count
+        self.conversations_claimed += 1
+        return self.conversations[position % len(self.conversations)]
+
+    def claim_arrival(self) -> tuple[int, float] | None:
+        if self.next_arrival >= self.schedule_indices.size:
+            return None
+        k = self.next_arrival
+        self.next_arrival += 1
+        return int(self.schedule_indices[k]), float(self.schedule_offsets_s[k])
+
+    def phase(self, offset_s: float) -> str:
+        assert self.traffic is not None
+        if offset_s < self.traffic.warmup_s:
+            return "warmup"
+        if offset_s < self.traffic.warmup_s + self.traffic.duration_s:
+            return "measure"
+        return "cooldown"
 
     def ensure_writer(self) -> SampleWriter:
         if self.writer is None:
@@ -58,16 +131,6 @@ class _Recorder:
             if self.writer is not None:
                 self.writer.flush()
 
-    def phase(self, intended_unix_s: float) -> str:
-        assert self.traffic is not None
-        start = self.start_unix_s if self.start_unix_s is not None else intended_unix_s
-        elapsed = intended_unix_s - start
-        if elapsed < self.traffic.warmup_s:
-            return "warmup"
-        if elapsed < self.traffic.warmup_s + self.traffic.duration_s:
-            return "measure"
-        return "cooldown"
-
     def close(self) -> None:
         if self.flusher is not None:
             self.flusher.kill(block=False)
@@ -77,13 +140,13 @@ class _Recorder:
             self.writer = None
 
 
-RECORDER = _Recorder()
+RUN = _Run()
 
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser) -> None:
     parser.add_argument("--vllm-slo-run-dir", type=str, default="",
-                        help="vllm-slo run folder (holds locust_config.json; rows go there)")
+                        help="vllm-slo run folder (holds locust_config.json and the plan)")
 
 
 @events.init.add_listener
@@ -92,90 +155,114 @@ def _configure(environment, **_kwargs) -> None:
     run_dir = getattr(options, "vllm_slo_run_dir", "") if options else ""
     if not run_dir:
         raise SystemExit("--vllm-slo-run-dir is required (a folder with locust_config.json)")
-    RECORDER.run_dir = Path(run_dir)
-    config = json.loads((RECORDER.run_dir / LOCUST_CONFIG_FILE).read_text())
-    traffic = TrafficSpec.model_validate(config["traffic"])
-    RECORDER.traffic = traffic
-    RECORDER.model_id = config["model_id"]
-    key_env = config.get("api_key_env")
-    RECORDER.api_key = os.environ.get(key_env) if key_env else None
-    ChatUser.wait_time = constant(traffic.arrival.think_time_s)
-    runner = environment.runner
-    index = getattr(runner, "worker_index", 0) or 0
-    count = max(1, int(config.get("process_count", 1)))
-    RECORDER.source = ChatSource(traffic.chat, traffic.seed, index % count, count)
+    master = isinstance(environment.runner, MasterRunner)
+    RUN.configure(Path(run_dir), getattr(environment.runner, "worker_index", 0) or 0,
+                  runs_users=not master)
+    ClosedLoopUser.wait_time = constant(RUN.traffic.arrival.think_time_s)
 
 
 @events.test_start.add_listener
 def _started(environment, **_kwargs) -> None:
-    if RECORDER.start_unix_s is None:
-        RECORDER.start_unix_s = time.time()
+    if not isinstance(environment.runner, MasterRunner):
+        RUN.start()
 
 
 @events.quitting.add_listener
 def _quitting(environment, **_kwargs) -> None:
     if not isinstance(environment.runner, MasterRunner):
-        RECORDER.close()
+        RUN.close()
 
 
-class ChatUser(User):
-    """Closed loop: one conversation at a time; a new one starts when the last turn is done."""
+class _StreamingUser(User):
+    abstract = True
 
     def on_start(self) -> None:
-        assert RECORDER.traffic is not None
-        self.user_id = RECORDER.next_user_id
-        RECORDER.next_user_id += 1
-        self.client = HttpStreamClient(self.host, RECORDER.traffic.request_timeout_s,
-                                       RECORDER.api_key)
-        self.conversation = RECORDER.source.new_conversation()
+        assert RUN.traffic is not None
+        RUN.start()
+        self.user_id = RUN.next_user_id
+        RUN.next_user_id += 1
+        self.client = HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key)
 
     def on_stop(self) -> None:
         self.client.close()
 
-    @task
-    def chat_turn(self) -> None:
-        traffic = RECORDER.traffic
-        spec = traffic.chat
-        if self.conversation.finished:
-            self.conversation = RECORDER.source.new_conversation()
-        turn = self.conversation.next_request()
-        prompt = (list(turn.messages) if spec.endpoint == "chat"
-                  else flatten_for_completions(turn.messages))
-        body = request_body(spec.endpoint, RECORDER.model_id, prompt, turn.max_tokens,
-                            spec.ignore_eos, spec.temperature)
+    def send(self, position: int, intended_perf_s: float, queued: bool) -> RequestOutcome:
+        traffic, plan = RUN.traffic, RUN.plan
+        request: PlannedRequest = plan.requests[position % len(plan.requests)]
+        prompt = (list(request.messages) if traffic.endpoint == "chat"
+                  else flatten_for_completions(request.messages))
+        body = request_body(traffic.endpoint, RUN.model_id, prompt, request.max_tokens,
+                            traffic.ignore_eos, traffic.temperature)
         send_unix_s = time.time()
-        outcome = send_streamed(self.client, spec.endpoint, body)
-        if outcome.ok:
-            self.conversation.record_answer(outcome.text)
-        else:  # a failed turn ends the conversation; the next task starts a fresh one
-            self.conversation.next_turn = spec.turns
-        intended = outcome.send_perf_s  # closed loop: intended == actual send
-        writer = RECORDER.ensure_writer()
-        writer.append({
-            "request_id": f"{os.getpid()}-{self.user_id}-{turn.conversation_id}-{turn.turn}",
+        outcome = send_streamed(self.client, traffic.endpoint, body)
+        intended_unix_s = send_unix_s - (outcome.send_perf_s - intended_perf_s)
+        RUN.ensure_writer().append({
+            "request_id": f"{os.getpid()}-{self.user_id}-{position}-{request.index}",
             "process_id": os.getpid(),
             "user_id": self.user_id,
-            "conversation_id": turn.conversation_id,
-            "turn": turn.turn,
-            "phase": RECORDER.phase(send_unix_s),
-            "endpoint": spec.endpoint,
-            "intended_send_unix_s": send_unix_s,
+            "plan_index": request.index,
+            "conversation_id": request.conversation_id,
+            "turn": request.turn,
+            "phase": RUN.phase(intended_perf_s - RUN.start_perf_s),
+            "endpoint": traffic.endpoint,
+            "intended_send_unix_s": intended_unix_s,
             "send_unix_s": send_unix_s,
-            "send_lag_s": outcome.send_perf_s - intended,
-            "ttft_s": (outcome.content_chunk_perf_s[0] - intended
+            "send_lag_s": outcome.send_perf_s - intended_perf_s,
+            "queued_for_slot": queued,
+            "ttft_s": (outcome.content_chunk_perf_s[0] - intended_perf_s
                        if outcome.content_chunk_perf_s else None),
-            "e2e_s": outcome.end_perf_s - intended,
-            "chunk_offsets_s": [t - intended for t in outcome.content_chunk_perf_s],
+            "e2e_s": outcome.end_perf_s - intended_perf_s,
+            "chunk_offsets_s": [t - intended_perf_s for t in outcome.content_chunk_perf_s],
             "output_tokens": outcome.output_tokens,
             "prompt_tokens": outcome.prompt_tokens,
-            "max_tokens": turn.max_tokens,
+            "prompt_tokens_planned": request.prompt_tokens,
+            "max_tokens": request.max_tokens,
             "status_code": outcome.status_code,
             "ok": outcome.ok,
             "error": outcome.error,
             "finish_reason": outcome.finish_reason,
         })
         self.environment.events.request.fire(
-            request_type="POST", name=spec.endpoint,
+            request_type="POST", name=f"{traffic.profile} {traffic.endpoint}",
             response_time=(outcome.end_perf_s - outcome.send_perf_s) * 1000.0,
             response_length=len(outcome.text),
             exception=None if outcome.ok else RuntimeError(outcome.error), context={})
+        return outcome
+
+
+class ClosedLoopUser(_StreamingUser):
+    """One conversation at a time, turn after turn, think time between requests."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.pending: list[int] = []
+
+    @task
+    def next_turn(self) -> None:
+        if not self.pending:
+            self.pending = list(RUN.claim_conversation())
+        position = self.pending.pop(0)
+        outcome = self.send(position, time.perf_counter(), queued=False)
+        if not outcome.ok:
+            self.pending = []  # a failed turn ends its conversation
+
+
+class OpenLoopUser(_StreamingUser):
+    """An in-flight slot: claims the next scheduled arrival and sends it on time."""
+
+    wait_time = constant(0)
+
+    @task
+    def next_arrival(self) -> None:
+        claimed = RUN.claim_arrival()
+        if claimed is None:
+            raise StopUser()
+        position, offset_s = claimed
+        intended_perf_s = RUN.start_perf_s + offset_s
+        now = time.perf_counter()
+        queued = now > intended_perf_s + LATE_CLAIM_S
+        if now < intended_perf_s:
+            gevent.sleep(intended_perf_s - now)
+        self.send(position, intended_perf_s, queued)

@@ -50,6 +50,11 @@ class RunSeries:
     output_tokens_per_bin: np.ndarray  # per 1-s bin of the window, by completion time
     completions_per_bin: np.ndarray
     errors_by_kind: dict[str, int] = field(default_factory=dict)
+    queued_for_slot: int = 0  # open loop: measured requests that waited for an in-flight slot
+    client_send_lag_s: np.ndarray = field(default_factory=lambda: np.empty(0))  # not queued
+    reused_prompts: int = 0  # requests that repeated an earlier plan entry (plan cycled)
+    prompt_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))  # server-counted
+    output_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def latency(self, metric: str) -> np.ndarray:
         return getattr(self, f"{metric}_s")
@@ -73,6 +78,11 @@ class RunSummary:
     output_tokens_per_s: Estimate
     requests_per_s: Estimate
     send_lag_p99_s: float | None
+    send_lag_p50_s: float | None
+    client_send_lag_p99_s: float | None  # lag of requests that did not wait for a slot
+    queued_for_slot: int
+    reused_prompts: int
+    sent_per_s: float  # measured requests by intended send time / window
     window_s: float
     errors_by_kind: dict[str, int]
     warnings: tuple[str, ...]
@@ -121,6 +131,11 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         index = ((end_unix[inside] - window_start) // bin_s).astype(int)
         np.add.at(tokens_per_bin, index, np.nan_to_num(tokens_all[inside]))
         np.add.at(completions_per_bin, index, 1.0)
+    queued = np.asarray(table.column("queued_for_slot").fill_null(False).to_numpy(
+        zero_copy_only=False), dtype=bool)
+    plan_index = table.column("plan_index").to_pylist()
+    known = [i for i in plan_index if i is not None]
+    reused = len(known) - len(set(known))
     errors = table.column("error").to_pylist()
     kinds = Counter(_error_kind(errors[i] or "") for i in np.flatnonzero(measured & ~ok))
     return RunSeries(
@@ -128,7 +143,11 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,
         window_s=float(n_bins * bin_s), requests=int(measured.sum()),
         failed=int((measured & ~ok).sum()), output_tokens_per_bin=tokens_per_bin / bin_s,
-        completions_per_bin=completions_per_bin / bin_s, errors_by_kind=dict(kinds))
+        completions_per_bin=completions_per_bin / bin_s, errors_by_kind=dict(kinds),
+        queued_for_slot=int(np.count_nonzero(measured & queued)),
+        client_send_lag_s=floats("send_lag_s", measured & ~queued),
+        reused_prompts=reused, prompt_tokens=floats("prompt_tokens", good),
+        output_tokens=floats("output_tokens", good))
 
 
 def summarize_metric(metric: str, values: np.ndarray, confidence: float = 0.95
@@ -148,6 +167,7 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
     if series.requests and ok == 0:
         warnings.append("every measured request failed")
     lag = series.send_lag_s
+    client_lag = series.client_send_lag_s
     return RunSummary(
         metrics={m: summarize_metric(m, series.latency(m), confidence) for m in LATENCY_METRICS},
         requests=series.requests, ok=ok, failed=series.failed,
@@ -155,5 +175,10 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
         output_tokens_per_s=mean_estimate(series.output_tokens_per_bin, confidence),
         requests_per_s=mean_estimate(series.completions_per_bin, confidence),
         send_lag_p99_s=float(np.percentile(lag, 99)) if lag.size else None,
+        send_lag_p50_s=float(np.percentile(lag, 50)) if lag.size else None,
+        client_send_lag_p99_s=(float(np.percentile(client_lag, 99)) if client_lag.size
+                               else None),
+        queued_for_slot=series.queued_for_slot, reused_prompts=series.reused_prompts,
+        sent_per_s=series.requests / series.window_s if series.window_s else 0.0,
         window_s=series.window_s, errors_by_kind=series.errors_by_kind,
         warnings=tuple(warnings))

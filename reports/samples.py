@@ -25,6 +25,7 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("request_id", pa.string(), nullable=False),
     pa.field("process_id", pa.int32(), nullable=False),
     pa.field("user_id", pa.int32()),
+    pa.field("plan_index", pa.int64()),  # position in the run's request plan
     pa.field("conversation_id", pa.int64()),
     pa.field("turn", pa.int32()),
     pa.field("phase", pa.string(), nullable=False),  # warmup | measure | cooldown
@@ -32,11 +33,13 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("intended_send_unix_s", pa.float64(), nullable=False),
     pa.field("send_unix_s", pa.float64(), nullable=False),
     pa.field("send_lag_s", pa.float64(), nullable=False),  # actual - intended
+    pa.field("queued_for_slot", pa.bool_()),  # open loop: every in-flight slot was busy
     pa.field("ttft_s", pa.float64()),  # first content chunk - intended send; null if none
     pa.field("e2e_s", pa.float64()),  # end of response - intended send
     pa.field("chunk_offsets_s", pa.list_(pa.float64())),  # content chunks - intended send
     pa.field("output_tokens", pa.int32()),  # from the usage chunk
     pa.field("prompt_tokens", pa.int32()),  # from the usage chunk
+    pa.field("prompt_tokens_planned", pa.int32()),  # message contents, by the tokenizer
     pa.field("max_tokens", pa.int32()),
     pa.field("status_code", pa.int32(), nullable=False),
     pa.field("ok", pa.bool_(), nullable=False),

@@ -38,6 +38,35 @@ def percentile_key(percentile: float) -> str:
     return f"p{percentile:g}"
 
 
+def traffic_facts(scenario: dict[str, Any], provenance: dict[str, Any], summary: RunSummary
+                  ) -> dict[str, Any]:
+    """How the load was actually applied: intended vs achieved rate, send lag, in-flight cap
+    hits, the request plan (trimmed/rejected/filtered prompts) and the prefix-cache state."""
+    traffic = scenario["traffic"]
+    arrival = traffic["arrival"]
+    if arrival["kind"] in ("poisson", "gamma", "constant"):
+        intended = arrival["rate"]
+    elif arrival["kind"] == "stages" and arrival["stages"][0].get("rate") is not None:
+        intended = None  # varies by stage
+    else:
+        intended = None  # closed loop: the server's speed sets the rate
+    return {
+        "profile": traffic["profile"],
+        "endpoint": traffic["endpoint"],
+        "arrival": arrival["kind"],
+        "intended_rate_per_s": intended,
+        "sent_per_s": _number(summary.sent_per_s),
+        "send_lag_p50_s": _number(summary.send_lag_p50_s),
+        "send_lag_p99_s": _number(summary.send_lag_p99_s),
+        "client_send_lag_p99_s": _number(summary.client_send_lag_p99_s),
+        "queued_for_slot": summary.queued_for_slot,
+        "reused_prompts": summary.reused_prompts,
+        "plan": provenance.get("plan"),
+        "prefix_cache_reset": provenance.get("prefix_cache_reset"),
+        "prefix_cache_hit_rate": _number(provenance.get("prefix_cache_hit_rate")),
+    }
+
+
 def build_summary(
     *,
     run_id: str,
@@ -73,6 +102,7 @@ def build_summary(
             "requests_per_s": estimate_dict(summary.requests_per_s),
         },
         "send_lag_p99_s": _number(summary.send_lag_p99_s),
+        "traffic": traffic_facts(scenario, provenance, summary),
         "metrics": metrics,
         "slos": [
             {"metric": r.rule.metric, "statistic": r.rule.statistic,

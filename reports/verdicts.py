@@ -128,8 +128,17 @@ def choose_exit_code(results: Sequence[SloResult], invalid_reasons: Sequence[str
 
 
 def invalid_measurement_reasons(summary: RunSummary, server_failure: str | None,
-                                load_generator_failure: str | None) -> tuple[str, ...]:
+                                load_generator_failure: str | None,
+                                max_client_send_lag_p99_s: float | None = None
+                                ) -> tuple[str, ...]:
     reasons = []
+    lag = summary.client_send_lag_p99_s
+    if max_client_send_lag_p99_s is not None and lag is not None and (
+            lag > max_client_send_lag_p99_s):
+        reasons.append(
+            f"client-limited: p99 send lag {lag * 1e3:.1f} ms exceeds "
+            f"{max_client_send_lag_p99_s * 1e3:.0f} ms (the load generator could not send on "
+            f"time; use more Locust processes or a lower rate)")
     if server_failure:
         reasons.append(f"server failed during the run: {server_failure.splitlines()[0]}")
     if load_generator_failure:

@@ -2,6 +2,9 @@
 
     vllm-slo run scenario=chat [dotted.key=value ...]     (also: vllm-slo scenario=chat ...)
     vllm-slo report RUN_DIR                                 re-render a run folder's outputs
+    vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
+    vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
+    vllm-slo plan RUN_DIR [--effect 10%]                    trials needed, from a pilot
     vllm-slo scenarios                                      list shipped scenarios
 
 Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error · 3 inconclusive ·
@@ -43,12 +46,12 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def command_run(arguments: Sequence[str], runs_root: Path) -> int:
-    from scenarios.runner import run_scenario  # heavy imports only when running
+    from scenarios.experiment import run_experiment  # heavy imports only when running
 
     scenario_ref, overrides = _split_run_arguments(arguments)
     scenario, path = load_scenario(scenario_ref, overrides)
     _say(f"scenario {scenario.name} from {path}")
-    outcome = run_scenario(scenario, runs_root, _say)
+    outcome = run_experiment(scenario, runs_root, _say)
     if outcome.rendered is not None:
         _say("\n" + outcome.rendered.text)
         _say(f"\nreport: {outcome.rendered.report_path}")
@@ -57,14 +60,48 @@ def command_run(arguments: Sequence[str], runs_root: Path) -> int:
 
 
 def command_report(run_dir: Path) -> int:
+    from reports.experiment import render_experiment
     from reports.run_report import render_run
+    from reports.trials import is_experiment
 
     if not run_dir.is_dir():
         raise ScenarioError(f"run folder {run_dir} does not exist")
-    rendered = render_run(run_dir)
+    rendered = render_experiment(run_dir) if is_experiment(run_dir) else render_run(run_dir)
     _say(rendered.text)
     _say(f"\nreport: {rendered.report_path}")
     return int(rendered.summary["exit_code"])
+
+
+def _percent(text: str) -> float:
+    try:
+        return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a percentage like 5% or 0.05, got {text!r}") from None
+
+
+def command_compare(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float) -> int:
+    from reports.saved_runs import compare_saved_runs
+
+    result = compare_saved_runs(list(run_dirs), cells, alpha)
+    _say(result.text)
+    return ExitCode.PASS
+
+
+def command_gate(candidate: Path, baseline: Path, margin: float, cells: Sequence[str] | None,
+                 force: bool) -> int:
+    from reports.saved_runs import gate_saved_runs
+
+    result = gate_saved_runs(candidate, baseline, margin, cells, force)
+    _say(result.text)
+    return int(result.exit_code)
+
+
+def command_plan(run_dir: Path, effect: float, alpha: float) -> int:
+    from reports.saved_runs import plan_from_saved_run
+
+    _say(plan_from_saved_run(run_dir, effect, alpha))
+    return ExitCode.PASS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,6 +114,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
     report = sub.add_parser("report", help="re-render a run folder")
     report.add_argument("run_dir", type=Path)
+    compare = sub.add_parser("compare", help="compare saved runs (first = baseline)")
+    compare.add_argument("run_dirs", type=Path, nargs="+")
+    compare.add_argument("--cells", nargs="+", default=None,
+                         help="metric.statistic cells (default: the baseline scenario's)")
+    compare.add_argument("--alpha", type=float, default=0.05)
+    gate = sub.add_parser("gate", help="release gate: candidate no worse than baseline")
+    gate.add_argument("candidate", type=Path)
+    gate.add_argument("--baseline", type=Path, required=True)
+    gate.add_argument("--margin", type=_percent, default=0.05, help="e.g. 5%% (default)")
+    gate.add_argument("--cells", nargs="+", default=None)
+    gate.add_argument("--force", action="store_true",
+                      help="compare even when model, hardware, vLLM version or seed differ")
+    plan = sub.add_parser("plan", help="trials per variant needed, from a pilot run")
+    plan.add_argument("run_dir", type=Path)
+    plan.add_argument("--effect", type=_percent, default=0.10)
+    plan.add_argument("--alpha", type=float, default=0.05)
     sub.add_parser("scenarios", help="list the shipped scenarios")
     return parser
 
@@ -100,6 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_run(options.arguments, options.runs_dir)
         if options.command == "report":
             return command_report(options.run_dir)
+        if options.command == "compare":
+            return command_compare(options.run_dirs, options.cells, options.alpha)
+        if options.command == "gate":
+            return command_gate(options.candidate, options.baseline, options.margin,
+                                options.cells, options.force)
+        if options.command == "plan":
+            return command_plan(options.run_dir, options.effect, options.alpha)
         print("\n".join(shipped_scenarios()))
         return ExitCode.PASS
     except SloSuiteError as error:

@@ -78,8 +78,35 @@ def apply_override(document: dict[str, Any], override: Override) -> None:
     node[parts[-1]] = override.value
 
 
+def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_variants(scenario: Scenario, path: Path | str = "<scenario>") -> dict[str, Scenario]:
+    """Each variant as a complete single-arm scenario (the base merged with the variant's
+    patch); a scenario without variants is one arm named ""."""
+    base = scenario.base_without_arms()
+    if not scenario.variants:
+        return {"": Scenario.model_validate(base)}
+    arms = {}
+    for name, patch in scenario.variants.items():
+        try:
+            arms[name] = Scenario.model_validate(deep_merge(base, patch))
+        except ValidationError as exc:
+            message = format_validation_error(Path(str(path)), exc)
+            raise ScenarioError(message.replace("\n  ", f"\n  variants.{name}: ")) from None
+    return arms
+
+
 def load_scenario(reference: str, overrides: Sequence[str] = ()) -> tuple[Scenario, Path]:
-    """Load a scenario file, apply overrides, validate strictly. Returns (scenario, file)."""
+    """Load a scenario file, apply overrides, validate strictly (variants included).
+    Returns (scenario, file)."""
     path = resolve_scenario_path(reference)
     try:
         document = yaml.safe_load(path.read_text()) or {}
@@ -91,9 +118,11 @@ def load_scenario(reference: str, overrides: Sequence[str] = ()) -> tuple[Scenar
     for override in parsed:
         apply_override(document, override)
     try:
-        return Scenario.model_validate(document), path
+        scenario = Scenario.model_validate(document)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(path, exc, parsed)) from None
+    resolve_variants(scenario, path)
+    return scenario, path
 
 
 def _allowed_keys(model: type[BaseModel], location: Sequence[str | int]) -> list[str] | None:

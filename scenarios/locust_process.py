@@ -22,6 +22,8 @@ from scenarios.run_files import LOCUST_LOG_FILE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile.py"
+STAGES_LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile_stages.py"
+OPEN_LOOP_LEAD_S = 0.5  # loadtests.locustfile.SCHEDULE_LEAD_S (not imported: no locust here)
 STARTUP_ALLOWANCE_S = 120.0
 
 
@@ -41,18 +43,25 @@ class LocustResult:
 
 
 def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]:
+    """The Locust command line for a traffic spec (users, spawn rate, run time, user class)."""
     arrival = traffic.arrival
-    run_time_s = math.ceil(traffic.warmup_s + traffic.duration_s)
-    argv = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--host", base_url, "--users", str(arrival.users),
-        "--spawn-rate", f"{arrival.spawn_rate:g}", "--run-time", f"{run_time_s}s",
-        "--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
-        "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
-        "--vllm-slo-run-dir", str(run_dir),
-    ]
+    closed_stages = arrival.kind == "stages" and not arrival.open_loop
+    argv = [sys.executable, "-m", "locust", "-f",
+            str(STAGES_LOCUSTFILE if closed_stages else LOCUSTFILE), "--headless",
+            "--host", base_url]
+    if arrival.open_loop:
+        slots = arrival.max_in_flight
+        argv += ["--users", str(slots), "--spawn-rate", str(max(100, 4 * slots)),
+                 "--run-time", f"{math.ceil(traffic.total_s + OPEN_LOOP_LEAD_S)}s"]
+    elif not closed_stages:
+        argv += ["--users", str(arrival.users), "--spawn-rate", f"{arrival.spawn_rate:g}",
+                 "--run-time", f"{math.ceil(traffic.total_s)}s"]
+    argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
+             "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
+             "--vllm-slo-run-dir", str(run_dir)]
     if traffic.processes > 1:
         argv += ["--processes", str(traffic.processes)]
+    argv.append("OpenLoopUser" if arrival.open_loop else "ClosedLoopUser")
     return argv
 
 
@@ -65,7 +74,7 @@ def run_locust(
     progress_interval_s: float = 5.0,
 ) -> LocustResult:
     log_path = run_dir / LOCUST_LOG_FILE
-    planned_s = traffic.warmup_s + traffic.duration_s
+    planned_s = traffic.total_s
     hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}

@@ -6,9 +6,18 @@ Unknown keys are rejected everywhere; `server.args` is passed verbatim to `vllm 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from scenarios.slo import (
     LATENCY_METRICS,
@@ -61,37 +70,135 @@ class ServerSpec(Frozen):
         return self
 
 
-class ArrivalSpec(Frozen):
-    """Closed loop: `users` concurrent users, each sending after the previous answer + think."""
+OPEN_LOOP_KINDS = ("poisson", "gamma", "constant")
 
-    kind: Literal["closed"] = "closed"
+
+class StageSpec(Frozen):
+    """One step of a `stages` load: a request rate (open loop) or a user count (closed)."""
+
+    duration_s: Seconds = Field(alias="duration", gt=0)
+    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    users: int | None = Field(None, ge=1, le=100_000, description="concurrent users (closed)")
+
+    @model_validator(mode="after")
+    def _rate_or_users(self) -> StageSpec:
+        if (self.rate is None) == (self.users is None):
+            raise ValueError("a stage sets exactly one of rate (req/s) or users")
+        return self
+
+
+class ArrivalSpec(Frozen):
+    """How requests arrive.
+
+    closed: `users` concurrent users, each sending after the previous answer + `think_time`
+        (Locust's native model), ramped in at `spawn_rate` users/s.
+    poisson | gamma | constant: open loop at `rate` req/s; requests start at their scheduled
+        times whatever earlier responses do; at most `max_in_flight` at once (hits reported).
+        gamma: `burstiness` is the shape as in vLLM bench (1 = poisson, < 1 burstier).
+    stages: a list of {duration, rate} (open loop, poisson within a stage) or
+        {duration, users} (closed loop, via Locust's LoadTestShape) steps from the start of the
+        run (warm-up included); the last stage lasts until the end.
+    """
+
+    kind: Literal["closed", "poisson", "gamma", "constant", "stages"] = "closed"
     users: int = Field(8, ge=1, le=100_000)
-    spawn_rate: float = Field(4.0, gt=0, description="users started per second")
+    spawn_rate: float = Field(4.0, gt=0, description="users started per second (closed)")
     think_time_s: Seconds = Field(0.0, alias="think_time", ge=0)
+    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    burstiness: float = Field(1.0, gt=0)
+    max_in_flight: int = Field(256, ge=1, le=100_000)
+    stages: list[StageSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _complete_for_kind(self) -> ArrivalSpec:
+        if self.kind in OPEN_LOOP_KINDS and self.rate is None:
+            raise ValueError(f"arrival kind {self.kind!r} needs rate (requests per second)")
+        if self.kind == "stages":
+            if not self.stages:
+                raise ValueError("arrival kind 'stages' needs a non-empty stages list")
+            if len({stage.rate is None for stage in self.stages}) > 1:
+                raise ValueError("stages are all open loop (rate) or all closed loop (users)")
+        elif self.stages:
+            raise ValueError(f"stages are only used with kind 'stages', not {self.kind!r}")
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.kind in OPEN_LOOP_KINDS or (
+            self.kind == "stages" and self.stages[0].rate is not None)
+
+    def peak_rate(self) -> float | None:
+        if self.kind in OPEN_LOOP_KINDS:
+            return self.rate
+        if self.open_loop:
+            return max(stage.rate or 0.0 for stage in self.stages)
+        return None
 
 
 class ChatSpec(Frozen):
-    """Multi-turn chat conversations sharing one long system prompt."""
+    """Multi-turn conversations sharing one long system prompt (so prefix caching matters).
+    Turn k's history holds the earlier user turns and a fixed, seeded stand-in for each
+    earlier answer of `output_tokens` tokens, so prompts are identical across runs/variants."""
 
-    endpoint: Literal["chat", "completions"] = "chat"
-    system_prompt_words: int = Field(200, ge=0)
-    user_words: int = Field(40, ge=1)
+    system_prompt_tokens: int = Field(200, ge=0)
+    user_tokens: int = Field(40, ge=1, description="mean; each turn uniform in ±50%")
     turns: int = Field(3, ge=1)
-    max_tokens: int = Field(64, ge=1)
-    ignore_eos: bool = True
-    temperature: float = Field(0.0, ge=0)
+    output_tokens: int = Field(64, ge=1, description="max_tokens of each turn")
+
+
+class LongDocSpec(Frozen):
+    """Long documents with a summarisation or question prompt: the chunked-prefill workload."""
+
+    min_doc_tokens: int = Field(2000, ge=1)
+    max_doc_tokens: int | None = Field(
+        None, ge=1, description="default: the server's max-model-len - output_tokens - 64")
+    output_tokens: int = Field(256, ge=1)
+
+
+class ShareGptSpec(Frozen):
+    """Replay of ShareGPT-format conversations (all human turns, with their real history).
+    Filters as vLLM bench applies them, made explicit."""
+
+    path: str | None = Field(None, description="ShareGPT JSON; default: the shipped sample")
+    min_prompt_tokens: int = Field(4, ge=1)
+    max_prompt_tokens: int = Field(1024, ge=1)
+    min_output_tokens: int = Field(4, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+    max_total_tokens: int = Field(2048, ge=2)
+    all_turns: bool = True
 
 
 class TrafficSpec(Frozen):
-    profile: Literal["chat"] = "chat"
+    profile: Literal["chat", "long-doc", "sharegpt"] = "chat"
+    endpoint: Literal["chat", "completions"] = "chat"
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
     duration_s: Seconds = Field(60.0, alias="duration", gt=0)
     warmup_s: Seconds = Field(10.0, alias="warmup", ge=0)
+    cooldown_s: Seconds = Field(0.0, alias="cooldown", ge=0)
     stop_timeout_s: Seconds = Field(60.0, alias="stop_timeout", gt=0)
     request_timeout_s: Seconds = Field(300.0, alias="request_timeout", gt=0)
     seed: int = 0
     processes: int = Field(1, ge=1, le=256, description="Locust --processes")
+    ignore_eos: bool = Field(True, description="vLLM extension: exact output lengths")
+    temperature: float = Field(0.0, ge=0)
+    overlong: Literal["trim", "reject"] = Field(
+        "trim", description="prompts that do not fit max-model-len are trimmed or dropped")
+    tokenizer: str | None = Field(
+        None, description="tokenizer folder/file; default: the launched model's folder, "
+        "else the server's /tokenize endpoint")
+    prefix_cache: Literal["reset", "keep"] = Field(
+        "reset", description="reset the server's prefix cache before the run")
+    max_send_lag_p99_s: Seconds = Field(
+        0.05, alias="max_send_lag_p99", gt=0,
+        description="a run whose p99 send lag exceeds this is flagged client-limited")
     chat: ChatSpec = Field(default_factory=ChatSpec)
+    long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
+    sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
+
+    @property
+    def total_s(self) -> float:
+        """Planned traffic time: warm-up + measured window + cool-down."""
+        return self.warmup_s + self.duration_s + self.cooldown_s
 
 
 def _latency_rules(metric: str):
@@ -138,12 +245,60 @@ class SloSpec(Frozen):
         return tuple(rules)
 
 
+VARIANT_KEYS = ("server", "traffic", "slo", "description")
+DEFAULT_COMPARED_CELLS = ("ttft.p50", "ttft.p90", "itl.p50", "tpot.p50", "e2e.p50",
+                          "output_throughput.mean")
+_CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
+                   r"(output_throughput|request_throughput)\.mean|error_rate\.rate)$")
+
+
+def _check_cell(cell: str) -> str:
+    if not _CELL.match(cell):
+        raise ValueError(
+            "expected metric.statistic: ttft|itl|tpot|e2e with pNN or mean (e.g. ttft.p50, "
+            "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate")
+    return cell
+
+
+class CompareSpec(Frozen):
+    """What a comparison between variants (or saved runs) tests, on per-trial statistics."""
+
+    cells: list[Annotated[str, AfterValidator(_check_cell)]] = Field(
+        default_factory=lambda: list(DEFAULT_COMPARED_CELLS),
+        description="metric.statistic cells; Holm-corrected as one family per pair")
+    alpha: float = Field(0.05, gt=0, lt=1)
+    effect: float = Field(0.10, gt=0, lt=10, description="relative effect to plan trials for")
+
+
 class Scenario(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     server: ServerSpec = Field(default_factory=ServerSpec)
     traffic: TrafficSpec = Field(default_factory=TrafficSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
+    trials: int = Field(1, ge=1, le=1000, description="repeated runs per variant")
+    variants: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                   dict[str, Any]] = Field(
+        default_factory=dict,
+        description="arms: name -> partial scenario (server/traffic/slo) merged onto the base")
+    compare: CompareSpec = Field(default_factory=CompareSpec)
+
+    @field_validator("variants")
+    @classmethod
+    def _variants_touch_only_arms(cls, variants: dict[str, dict[str, Any]]
+                                  ) -> dict[str, dict[str, Any]]:
+        for name, overrides in variants.items():
+            extra = set(overrides) - set(VARIANT_KEYS)
+            if extra:
+                raise ValueError(
+                    f"variant {name!r} may override {', '.join(VARIANT_KEYS)}, "
+                    f"not {', '.join(sorted(extra))}")
+        return variants
+
+    def base_without_arms(self) -> dict[str, Any]:
+        document = self.to_yaml_dict()
+        document.pop("variants")
+        return document
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved scenario as the user would write it (aliases, durations in seconds)."""

@@ -9,3 +9,5 @@ LOCUST_LOG_FILE = "locust.log"
 SERVER_METRICS_FILE = "server_metrics.jsonl"  # /metrics scrapes, one JSON line each
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
+PLAN_FILE = "requests.parquet"  # the pre-sampled request plan (prompts, max_tokens), in order
+TRIALS_DIR = "trials"  # experiments: one complete run folder per trial

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,14 +14,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
+from loadtests.plan import RequestPlan, build_plan, write_plan
+from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 
+from loadtests.arrivals import arrival_offsets_s
+from loadtests.http_stream import HttpStreamClient
 from reports.run_report import RenderedRun, render_run
 from reports.samples import consolidate, read_streams, stream_files
-from scenarios.errors import ExitCode
+from scenarios.errors import ExitCode, ScenarioError
 from scenarios.locust_process import run_locust
-from scenarios.model import Scenario
+from scenarios.model import Scenario, TrafficSpec
 from scenarios.run_files import (
     LOCUST_CONFIG_FILE,
+    PLAN_FILE,
     PROVENANCE_FILE,
     SCENARIO_FILE,
     SERVER_LOG_FILE,
@@ -32,6 +38,7 @@ from servers.metrics import MetricsRecorder, prefix_cache_hit_rate
 from servers.vllm_server import REPO_ROOT, AttachedServer, launch_vllm
 
 Printer = Callable[[str], None]
+MAX_CLOSED_LOOP_PLAN = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +78,68 @@ def progress_line(run_dir: Path, elapsed_s: float, planned_s: float) -> str:
             f"TTFT p50 {ttft_p50} · {tokens / max(elapsed_s, 1e-9):,.0f} output tok/s")
 
 
+def _token_counter(traffic: TrafficSpec, model_path: str | None, base_url: str,
+                   model_id: str) -> TokenCounter:
+    """The server model's own tokenizer: traffic.tokenizer, else the launched model's folder,
+    else the server's /tokenize endpoint."""
+    if traffic.tokenizer:
+        return local_token_counter(traffic.tokenizer)
+    if model_path and (Path(model_path) / "tokenizer.json").is_file():
+        return local_token_counter(model_path)
+    return server_token_counter(base_url, model_id)
+
+
+def planned_request_count(traffic: TrafficSpec) -> int:
+    """How many requests the plan needs: the schedule's length (open loop), or a generous
+    bound for closed loop (users × time / max(think time, 50 ms)); closed loops cycle the plan
+    if they outrun it, and the report counts reused prompts."""
+    if traffic.arrival.open_loop:
+        return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
+    users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
+        stage.users or 0 for stage in traffic.arrival.stages)
+    per_user = traffic.total_s / max(traffic.arrival.think_time_s, 0.05)
+    return int(min(MAX_CLOSED_LOOP_PLAN, max(64, users * per_user)))
+
+
+def prepare_plan(traffic: TrafficSpec, model_path: str | None, base_url: str, model_id: str,
+                 max_model_len: int | None, run_dir: Path) -> RequestPlan:
+    counter = _token_counter(traffic, model_path, base_url, model_id)
+    try:
+        plan = build_plan(traffic, counter, max_model_len, planned_request_count(traffic))
+    except (OSError, ValueError) as error:
+        raise ScenarioError(f"traffic.{traffic.profile}: {error}") from error
+    write_plan(plan, run_dir / PLAN_FILE)
+    return plan
+
+
+def reset_prefix_cache(base_url: str, api_key: str | None) -> str:
+    """POST /reset_prefix_cache (vLLM with VLLM_SERVER_DEV_MODE=1). Returns what happened."""
+    client = HttpStreamClient(base_url, timeout_s=30.0, api_key=api_key)
+    try:
+        response = client.request("POST", "/reset_prefix_cache", b"")
+    finally:
+        client.close()
+    if response.status == 200 and b"true" in response.body:
+        return "reset"
+    if response.status == 404:
+        return ("not available (the server was not started with VLLM_SERVER_DEV_MODE=1); "
+                "prefix-cache state carries over from earlier traffic")
+    return f"failed: HTTP {response.status} {response.body[:200]!r}"
+
+
 def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
     run_dir = new_run_dir(runs_root, scenario.name)
+    exit_code, rendered = run_trial(scenario, run_dir, say)
+    return RunOutcome(run_dir, exit_code, rendered)
+
+
+def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
+              ) -> tuple[ExitCode, RenderedRun]:
+    """One full run in `run_dir`: server up, plan, cache reset, Locust, server down, report."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict(), sort_keys=False))
     say(f"run folder: {run_dir}")
-    spec = scenario.server
+    spec, traffic = scenario.server, scenario.traffic
     platform = detect_platform() if spec.platform == "auto" else spec.platform
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
@@ -83,15 +147,18 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
     provenance: dict[str, object] = {
         "suite_version": _version("vllm-slo"), "suite_git_commit": git_commit(REPO_ROOT),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
-        "seed": scenario.traffic.seed, "started_utc": datetime.now(timezone.utc).isoformat(),
-        "command_line": sys.argv,
+        "seed": traffic.seed, "started_utc": datetime.now(timezone.utc).isoformat(),
+        "command_line": redact_argv(sys.argv),
     }
+    model_path: str | None = None
     if spec.url is not None:
         server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s, api_key)
         say(f"attaching to {spec.url} ...")
     else:
-        server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE)
-        provenance["launch"] = server.plan.to_dict()
+        dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache == "reset" else {}
+        server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
+        model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
+        provenance["launch"] = redact_launch(server.plan.to_dict())
         say(f"starting vLLM ({platform}): {' '.join(server.plan.argv)}")
     interactive = sys.stdout.isatty()
     try:
@@ -105,21 +172,35 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
                                "server_url": server.base_url,
                                "server_pid": getattr(server, "pid", None)})
             (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
+            plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
+                                ready.max_model_len, run_dir)
+            provenance["plan"] = {"requests": len(plan.requests), "sha256": plan.sha256,
+                                  "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
+                                  "rejected": plan.rejected, "filtered": plan.filtered}
+            say(f"plan: {len(plan.requests)} {traffic.profile} requests "
+                f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
+            if traffic.prefix_cache == "reset":
+                provenance["prefix_cache_reset"] = reset_prefix_cache(server.base_url, api_key)
+                if provenance["prefix_cache_reset"] != "reset":
+                    status["warnings"].append(
+                        f"prefix cache {provenance['prefix_cache_reset']}")
             (run_dir / LOCUST_CONFIG_FILE).write_text(json.dumps({
-                "traffic": scenario.traffic.model_dump(mode="json", by_alias=True),
+                "traffic": traffic.model_dump(mode="json", by_alias=True),
                 "model_id": ready.model_id, "api_key_env": spec.api_key_env,
-                "process_count": scenario.traffic.processes}))
+                "process_count": traffic.processes}))
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
 
             def show(elapsed_s: float, planned_s: float) -> None:
                 line = progress_line(run_dir, elapsed_s, planned_s)
                 say(f"\r{line}" if interactive else line)
 
-            say(f"traffic: {scenario.traffic.profile}, {scenario.traffic.arrival.kind} "
-                f"{scenario.traffic.arrival.users} users, warm-up {scenario.traffic.warmup_s:g}s "
-                f"+ {scenario.traffic.duration_s:g}s measured")
-            locust = run_locust(run_dir, server.base_url, scenario.traffic, server.failure,
-                                show)
+            arrival = traffic.arrival
+            load = (f"{arrival.kind} {arrival.peak_rate():g} req/s (max {arrival.max_in_flight} "
+                    f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
+                    f"{arrival.users} users")
+            say(f"traffic: {traffic.profile}, {load}, warm-up {traffic.warmup_s:g}s + "
+                f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down")
+            locust = run_locust(run_dir, server.base_url, traffic, server.failure, show)
             before, after = recorder.stop()
             status["server_failure"] = server.failure()
             status["load_generator_failure"] = locust.failure
@@ -132,4 +213,27 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
         (run_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
     consolidate(run_dir)
     rendered = render_run(run_dir)
-    return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+    return ExitCode(rendered.summary["exit_code"]), rendered
+
+
+_SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|passwd|auth|credential)")
+
+
+def redact_launch(launch: dict[str, object]) -> dict[str, object]:
+    """No secret reaches an output file: env values whose names look secret are masked, and so
+    are values of flags like --api-key in the argv."""
+    env = {name: ("***" if _SECRET_NAME.search(name) else value)
+           for name, value in dict(launch.get("env_overrides", {})).items()}
+    return {**launch, "env_overrides": env, "argv": redact_argv(list(launch.get("argv", [])))}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    redacted = list(argv)
+    for index, item in enumerate(redacted):
+        name, sep, _ = item.partition("=")
+        if _SECRET_NAME.search(name.lstrip("-").split(".")[-1]):
+            if sep:
+                redacted[index] = f"{name}=***"
+            elif item.startswith("--") and index + 1 < len(redacted):
+                redacted[index + 1] = "***"
+    return redacted

