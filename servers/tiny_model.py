@@ -100,13 +100,13 @@ def _training_text(n_lines: int, seed: int) -> list[str]:
     return lines
 
 
-def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
-    """Build tokenizer + random Llama into out_dir. Imports torch/transformers (subprocess only)."""
-    import torch
+def train_tokenizer(seed: int = 0):
+    """The tiny model's byte-level BPE tokenizer, trained locally (about 2 s), as a raw
+    `tokenizers.Tokenizer`. Needs only `tokenizers` (no torch/transformers), so unit tests can
+    count tokens exactly as the served model does without building the model; `build()` saves
+    this very tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-    started = time.perf_counter()
     core = Tokenizer(models.BPE(unk_token=None))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
@@ -114,6 +114,16 @@ def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
     core.train_from_iterator(_training_text(60_000, seed), trainer=trainers.BpeTrainer(
         vocab_size=SHAPE["vocab"], min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return core
+
+
+def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
+    """Build tokenizer + random Llama into out_dir. Imports torch/transformers (subprocess only)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    started = time.perf_counter()
+    core = train_tokenizer(seed)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>",
         unk_token="<|unk|>", additional_special_tokens=list(SPECIAL_TOKENS[4:]),
