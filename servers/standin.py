@@ -549,6 +549,8 @@ class StandinApp:
                 await _send_json(writer, 405, {"detail": "Method Not Allowed"}, keep_alive=keep)
                 return keep
             return await self._completion(req, reader, writer, chat=path == "/v1/chat/completions")
+        if path == "/tokenize" and req.method == "POST":
+            return await self._tokenize(req, writer)
         if path in ("/health", "/ping", "/v1/models", "/version", "/metrics"):
             if req.method not in ("GET", "HEAD"):
                 await _send_json(writer, 405, {"detail": "Method Not Allowed"}, keep_alive=keep)
@@ -575,6 +577,22 @@ class StandinApp:
             return keep
         await _send_json(writer, 404, {"detail": "Not Found"}, keep_alive=keep)
         return keep
+
+    async def _tokenize(self, req: _Request, writer: asyncio.StreamWriter) -> bool:
+        """vLLM's POST /tokenize, counted the stand-in's way (whitespace-separated words)."""
+        try:
+            payload = json.loads(req.body or b"{}")
+            text = payload["prompt"]
+        except (ValueError, KeyError, TypeError):
+            await _send_json(writer, 400, {"error": {"message": "expected {\"prompt\": ...}",
+                                                     "type": "BadRequestError", "code": 400}},
+                             keep_alive=req.keep_alive)
+            return req.keep_alive
+        count = _count_words(text)
+        await _send_json(writer, 200, {"count": count, "max_model_len":
+                                       self.config.max_model_len, "tokens": list(range(count))},
+                         keep_alive=req.keep_alive)
+        return req.keep_alive
 
     def _models(self) -> dict[str, Any]:
         model = self.config.model
