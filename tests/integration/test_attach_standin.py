@@ -49,7 +49,7 @@ def faulty_standin() -> Iterator[str]:
 
 
 ATTACH = ["traffic.duration=6s", "traffic.warmup=1s", "traffic.arrival.users=4",
-          "traffic.arrival.spawn_rate=100", f"traffic.chat.max_tokens={MAX_TOKENS}"]
+          "traffic.arrival.spawn_rate=100", f"traffic.chat.output_tokens={MAX_TOKENS}"]
 
 
 def test_measured_timings_equal_the_configured_ones(timed_standin: str, tmp_path: Path) -> None:

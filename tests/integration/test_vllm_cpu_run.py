@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, requires_vllm]
 
 MAX_TOKENS = 16
 RUN_ARGS = ["run", "scenario=chat", "traffic.duration=15s", "traffic.warmup=3s",
-            "traffic.arrival.users=4", f"traffic.chat.max_tokens={MAX_TOKENS}",
+            "traffic.arrival.users=4", f"traffic.chat.output_tokens={MAX_TOKENS}",
             "traffic.chat.turns=2", "slo.ttft=[\"p50 < 30s\"]", "slo.e2e=[\"p50 < 1ms\"]"]
 
 

@@ -63,8 +63,8 @@ def test_bad_duration_says_what_is_allowed() -> None:
 
 
 def test_bad_enum_lists_choices() -> None:
-    message = str(_error("chat", ["traffic.chat.endpoint=embeddings"]))
-    assert "traffic.chat.endpoint = 'embeddings'" in message
+    message = str(_error("chat", ["traffic.endpoint=embeddings"]))
+    assert "traffic.endpoint = 'embeddings'" in message
     assert "'chat'" in message and "'completions'" in message
 
 
