@@ -1,82 +1,179 @@
-"""Deterministic prompt sources. Each source owns a seeded generator per conversation, so the
-same seed gives the same user turns in every run and in every variant of an A/B."""
+"""Prompt material for the request plan (`loadtests/plan.py`): texts of exact token lengths built
+from a fixed word vocabulary, the long-doc instructions, the ShareGPT reader, and the flattening
+of a chat history into a `/v1/completions` prompt.
+
+Texts are built from " word" pieces. For byte-level BPE tokenizers (GPT-2, Llama 3, Qwen, the
+tiny model) and SentencePiece ones a space-led piece tokenizes the same wherever it stands, so
+per-piece token counts add up; they are measured once per tokenizer, texts are assembled to a
+target count, and the plan then verifies every final string with the real tokenizer and fixes
+up any text that misses (`WordTexts.adjust`). Changing the vocabulary changes every plan.
+"""
 
 from __future__ import annotations
 
+import json
 import random
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
 
-from scenarios.model import ChatSpec
+from loadtests.tokens import TokenCounter
 
-_VOCABULARY = (
-    "the a of and to in is that for it as with on this are from at by an be have not or which "
+DEFAULT_SHAREGPT_PATH = Path(__file__).resolve().parent / "data" / "sharegpt_sample.json"
+
+_WORDS = (
+    "the a an of and to in is that for it as with on this are from at by be have not or which "
+    "was were has had can will would should could may might must do does did but if then than "
+    "so because when while where what who how why all any each every some many more most few "
+    "other new old first last next long short high low large small good best fast slow early "
+    "late same different real simple clear open main full free own only also just very often "
     "server request latency token stream model batch queue cache prefix decode prefill budget "
     "throughput percentile tail schedule engine memory block page chunk answer question explain "
-    "summarize compare describe list example reason step detail short long document paragraph "
+    "summarize compare describe list example reason step detail document paragraph section "
     "report result value error retry timeout load user system assistant context window length "
-    "gpu cpu kernel attention layer weight tensor vector matrix sample trial variant baseline"
+    "gpu cpu kernel attention layer weight tensor vector matrix sample trial variant baseline "
+    "time day year week hour minute second people group team company market city country world "
+    "work plan change test check measure build run start stop keep move turn show find give "
+    "take make use need want know think look come go see say tell ask try call write read learn "
+    "data file table record field line number point part case fact idea problem way issue "
+    "service network disk node cluster region deploy config version release update policy rule "
+    "price cost rate share growth risk demand supply order customer product sale market level "
+    "water energy power light heat air food health care school student teacher book story "
+    "history science theory method study analysis evidence effect cause source model design "
+    "0 1 2 3 4 5 6 7 8 9 10 12 16 32 64 100 128 256 512 1024 2024"
 ).split()
+_PUNCTUATED = tuple(f"{word}{mark}" for word in _WORDS[:120:3] for mark in (".", ","))
+VOCABULARY: tuple[str, ...] = (*dict.fromkeys(_WORDS), *_PUNCTUATED)
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the document above in one paragraph.",
+    "Write a short summary of the document above, then list its three main points.",
+    "Give the document above a title and a summary of five sentences.",
+    "Summarize the document above for a reader who has two minutes.",
+)
+QUESTION_INSTRUCTIONS = (
+    "Which words appear most often in the document above, and in which parts?",
+    "What is the main topic of the document above? Answer with evidence from the text.",
+    "List every mention of latency in the document above and explain each one.",
+    "Which numbers does the document above mention, and what do they refer to?",
+)
+INSTRUCTIONS = SUMMARY_INSTRUCTIONS + QUESTION_INSTRUCTIONS
+DOC_SEPARATOR = "\n\n"  # between a long document and its instruction
 
 
-def words(rng: random.Random, count: int) -> str:
-    return " ".join(rng.choice(_VOCABULARY) for _ in range(count))
+class WordTexts:
+    """Texts of a target token length for one tokenizer, from the word vocabulary."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        pieces = tuple(" " + word for word in VOCABULARY)
+        counts = counter.count_many([*pieces, *VOCABULARY])
+        self.pieces = pieces
+        self.piece_counts = tuple(counts[: len(pieces)])
+        first_counts = counts[len(pieces):]
+        self.count_of = dict(zip(pieces, self.piece_counts, strict=True))
+        self.fillers = tuple(p for p, n in zip(pieces, self.piece_counts, strict=True) if n == 1)
+        self.openers = tuple(w for w, n in zip(VOCABULARY, first_counts, strict=True) if n == 1)
+        if not self.fillers or not self.openers or min(self.piece_counts) < 1:
+            raise ValueError(f"{counter.name}: no single-token words in the prompt vocabulary; "
+                             "cannot build texts of exact token lengths with this tokenizer")
+        self._indices = range(len(pieces))
+        self._mean = sum(self.piece_counts) / len(pieces)
+
+    def text(self, rng: random.Random, n_tokens: int) -> str:
+        """A text of (by the per-piece counts) exactly `n_tokens` tokens; "" for 0."""
+        if n_tokens <= 0:
+            return ""
+        parts = [rng.choice(self.openers)]
+        remaining = n_tokens - 1
+        pieces, counts = self.pieces, self.piece_counts
+        while remaining > 0:
+            drawn = rng.choices(self._indices, k=max(1, int(remaining / self._mean)))
+            totals = list(accumulate(map(counts.__getitem__, drawn)))
+            fit = bisect_right(totals, remaining)
+            parts.extend(map(pieces.__getitem__, drawn[:fit]))
+            if fit:
+                remaining -= totals[fit - 1]
+            if fit < len(drawn):  # the next piece would overshoot: close with 1-token pieces
+                parts.extend(rng.choices(self.fillers, k=remaining))
+                remaining = 0
+        return "".join(parts)
+
+    def adjust(self, body: str, have: int, want: int) -> str:
+        """Correct a body measured at `have` tokens towards `want` (drop or add end pieces)."""
+        if want > have:
+            return body + self.fillers[0] * (want - have)
+        removed = 0
+        while removed < have - want:
+            head, space, tail = body.rpartition(" ")
+            if not space or not head:
+                break
+            removed += self.count_of.get(" " + tail, 1)
+            body = head
+        return body + self.fillers[0] * max(0, removed - (have - want))
+
+
+# ---------------------------------------------------------------------------------- ShareGPT
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
+         "bing": "assistant", "bard": "assistant", "assistant": "assistant", "model": "assistant",
+         "system": "system"}
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
-    conversation_id: int
-    turn: int
-    messages: tuple[dict[str, str], ...]
-    max_tokens: int
+class ShareGptConversation:
+    """One usable conversation: its turns as (role, text), roles in chat-API words."""
+
+    turns: tuple[tuple[str, str], ...]
 
 
-class ChatConversation:
-    """One conversation: the shared system prompt, then user turns; answers are appended."""
+def load_sharegpt(path: str | Path) -> list[ShareGptConversation | str]:
+    """Read a ShareGPT-format JSON file: a list of {"id", "conversations": [{"from", "value"}]}.
 
-    def __init__(self, spec: ChatSpec, system_prompt: str, seed: int, conversation_id: int):
-        self.spec = spec
-        self.conversation_id = conversation_id
-        rng = random.Random(f"{seed}:chat:{conversation_id}")
-        self.user_turns = tuple(
-            words(rng, max(1, round(rng.uniform(0.5, 1.5) * spec.user_words)))
-            for _ in range(spec.turns))
-        self.history: list[dict[str, str]] = (
-            [{"role": "system", "content": system_prompt}] if system_prompt else [])
-        self.next_turn = 0
-
-    @property
-    def finished(self) -> bool:
-        return self.next_turn >= len(self.user_turns)
-
-    def next_request(self) -> Turn:
-        self.history.append({"role": "user", "content": self.user_turns[self.next_turn]})
-        turn = Turn(self.conversation_id, self.next_turn, tuple(self.history),
-                    self.spec.max_tokens)
-        self.next_turn += 1
-        return turn
-
-    def record_answer(self, text: str) -> None:
-        self.history.append({"role": "assistant", "content": text})
+    Returns one item per entry: the conversation, or a string saying why the entry is malformed.
+    A file that cannot be read or is not such a list raises ValueError naming the file."""
+    file = Path(path).expanduser()
+    try:
+        with file.open("rb") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ValueError(f"{file}: no such ShareGPT file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{file}: cannot read the ShareGPT file ({error})") from error
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{file}: not valid JSON ({error})") from error
+    if not isinstance(data, list):
+        raise ValueError(f"{file}: a ShareGPT file is a JSON list of "
+                         f'{{"id", "conversations": [{{"from", "value"}}, ...]}} entries, '
+                         f"got a JSON {type(data).__name__}")
+    if not data:
+        raise ValueError(f"{file}: the ShareGPT file holds no conversations")
+    return [_parse_entry(entry) for entry in data]
 
 
-class ChatSource:
-    """Conversation k is a pure function of (seed, k); streams of ids never overlap between
-    Locust processes (process i of n takes ids i, i+n, i+2n, ...)."""
+def _parse_entry(entry: object) -> ShareGptConversation | str:
+    if not isinstance(entry, dict):
+        return "entry is not an object"
+    turns = entry.get("conversations")
+    if not isinstance(turns, list):
+        return "no 'conversations' list"
+    parsed = []
+    for turn in turns:
+        if not isinstance(turn, dict):
+            return "a turn is not an object"
+        speaker, value = turn.get("from"), turn.get("value")
+        if not isinstance(speaker, str) or not isinstance(value, str):
+            return "a turn lacks a string 'from' or 'value'"
+        role = ROLES.get(speaker.lower())
+        if role is None:
+            return f"unknown speaker {speaker!r}"
+        parsed.append((role, value))
+    if not any(role == "user" for role, _ in parsed):
+        return "no human turn"
+    return ShareGptConversation(tuple(parsed))
 
-    def __init__(self, spec: ChatSpec, seed: int, process_index: int = 0, process_count: int = 1):
-        self.spec = spec
-        self.seed = seed
-        self.system_prompt = words(random.Random(f"{seed}:system"), spec.system_prompt_words)
-        self._next_id = process_index
-        self._stride = process_count
 
-    def new_conversation(self) -> ChatConversation:
-        conversation = ChatConversation(self.spec, self.system_prompt, self.seed, self._next_id)
-        self._next_id += self._stride
-        return conversation
-
-
-def flatten_for_completions(messages: tuple[dict[str, str], ...]) -> str:
+def flatten_for_completions(messages: Sequence[dict[str, str]]) -> str:
     """The /v1/completions prompt for a chat history (plain role-tagged transcript)."""
     lines = [f"{m['role']}: {m['content']}" for m in messages]
     return "\n".join([*lines, "assistant:"])

@@ -1,0 +1,565 @@
+"""The request plan: every request of a run, sampled before the run starts.
+
+`build_plan` is a pure function of (traffic config, seed, tokenizer, max_model_len, n_requests):
+the same inputs give the same messages, byte for byte, in every run and every variant of an A/B,
+and the plan of n requests is a prefix of the plan of 2n (so arms that make different request
+counts still send identical sequences). Conversation c of a profile draws from its own generator,
+`random.Random(f"{seed}:{profile}:{c}")`, never from a shared stream. Requests are
+conversation-major: conversation c turn 0, 1, ...; then conversation c + 1.
+
+Token lengths are measured with the counter on the final strings. Prompts that would not fit
+`max_model_len` (prompt + max_tokens) are trimmed or rejected (`traffic.overlong`), counted,
+and reported in `warnings`; nothing is dropped or shortened silently.
+
+    chat      one shared system prompt, user turns uniform in [0.5, 1.5] x user_tokens, and for
+              each earlier turn a fixed seeded stand-in answer of output_tokens tokens
+    long-doc  one document (uniform length between min and max doc tokens) + an instruction
+    sharegpt  every human turn of a ShareGPT file with its real history; vLLM bench's filters
+
+The plan is written as Parquet (`write_plan`), plan-level fields in the schema metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadtests.prompts import (
+    DEFAULT_SHAREGPT_PATH,
+    DOC_SEPARATOR,
+    INSTRUCTIONS,
+    ShareGptConversation,
+    WordTexts,
+    load_sharegpt,
+)
+from loadtests.tokens import TokenCounter
+from scenarios.model import ChatSpec, LongDocSpec, ShareGptSpec, TrafficSpec
+
+PLAN_SCHEMA_VERSION = 1
+PLAN_METADATA_KEY = b"vllm_slo.plan"
+LONG_DOC_MARGIN_TOKENS = 64  # default max_doc_tokens = max_model_len - output_tokens - this
+FILTER_REASONS = ("malformed", "no_reply", "prompt_too_short", "prompt_too_long",
+                  "output_too_short", "output_too_long", "total_too_long")
+_FIX_ROUNDS = 4
+_TRIM_ROUNDS = 60
+_SHAREGPT_CHUNK = 256  # conversations counted per count_many call
+_MIN_BATCH = 16  # conversations generated per round at least
+_GIVE_UP_AFTER = 1000  # consecutive rejected requests before concluding nothing fits
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    index: int
+    conversation_id: int
+    turn: int
+    messages: tuple[dict[str, str], ...]  # OpenAI chat messages (system/user/assistant)
+    prompt_tokens: int  # tokens of all message contents by the counter (no chat template)
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    requests: tuple[PlannedRequest, ...]
+    profile: str
+    seed: int
+    tokenizer: str
+    trimmed: int
+    rejected: int
+    filtered: dict[str, int]
+    sha256: str
+    warnings: tuple[str, ...]
+
+
+def canonical_bytes(requests: Iterable[PlannedRequest]) -> Iterator[bytes]:
+    """The canonical serialisation of the prompt sequence: one JSON line per request holding
+    its messages and max_tokens (what the server receives, apart from the model name)."""
+    for request in requests:
+        yield json.dumps({"max_tokens": request.max_tokens, "messages": request.messages},
+                         ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def plan_sha256(requests: Iterable[PlannedRequest]) -> str:
+    digest = hashlib.sha256()
+    for line in canonical_bytes(requests):
+        digest.update(line)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------ internals
+class _Message:
+    """A message under construction: content = body + suffix; the body may be adjusted or
+    trimmed, the suffix (a long-doc instruction) never is. Shared between the turns of one
+    conversation, so each distinct message is counted once."""
+
+    __slots__ = ("body", "floor", "generated", "role", "suffix", "target", "tokens")
+
+    def __init__(self, role: str, body: str, suffix: str = "", target: int = -1,
+                 generated: bool = False, floor: int = 1) -> None:
+        self.role = role
+        self.body = body
+        self.suffix = suffix
+        self.target = target  # wanted token count of the content (generated texts)
+        self.generated = generated
+        self.floor = floor  # fewest tokens trimming may leave
+        self.tokens = -1
+
+    @property
+    def content(self) -> str:
+        return self.body + self.suffix
+
+
+@dataclass(slots=True)
+class _Candidate:
+    conversation_id: int
+    turn: int
+    messages: list[_Message]
+    max_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(message.tokens for message in self.messages)
+
+
+@dataclass(slots=True)
+class _Tally:
+    trimmed: int = 0
+    rejected: int = 0
+    untrimmable: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _count(messages: Sequence[_Message], counter: TokenCounter,
+           words: WordTexts | None = None) -> int:
+    """Measure every message not yet counted; bring generated texts to their targets (a few
+    rounds of one count_many call each). Returns how many generated texts still miss."""
+    todo = list({id(m): m for m in messages if m.tokens < 0}.values())
+    for round_ in range(_FIX_ROUNDS + 1):
+        if not todo:
+            break
+        for message, tokens in zip(todo, counter.count_many([m.content for m in todo]),
+                                   strict=True):
+            message.tokens = tokens
+        todo = [m for m in todo if m.generated and m.tokens != m.target]
+        if words is None or round_ == _FIX_ROUNDS:
+            break
+        for message in todo:
+            message.body = words.adjust(message.body, message.tokens, message.target)
+    return len(todo)
+
+
+def _trim_many(jobs: list[tuple[_Message, int]], counter: TokenCounter) -> list[_Message]:
+    """Shorten each message's body until its content has at most `budget` tokens, all jobs in
+    lockstep (one count_many call per round): interpolation search over cut positions, snapped
+    back to a space where one is near. Returns new messages; the originals stay untouched."""
+    if not jobs:
+        return []
+    bare = counter.count_many([message.suffix for message, _ in jobs])  # body cut to nothing
+    states = [{"message": message, "budget": budget, "lo": 0, "lo_tokens": floor,
+               "hi": len(message.body), "hi_tokens": message.tokens}
+              for (message, budget), floor in zip(jobs, bare, strict=True)]
+    for round_ in range(_TRIM_ROUNDS):
+        active = [s for s in states if s["hi"] - s["lo"] > 1 and s["lo_tokens"] < s["budget"]]
+        if not active:
+            break
+        cuts = []
+        for state in active:
+            lo, hi = state["lo"], state["hi"]
+            if round_ % 3 == 2:  # a bisection step now and then bounds the worst case
+                guess = (lo + hi) // 2
+            else:  # interpolation: token counts grow nearly linearly with characters
+                span = max(1, state["hi_tokens"] - state["lo_tokens"])
+                guess = lo + round((hi - lo) * (state["budget"] - state["lo_tokens"]) / span)
+            guess = min(hi - 1, max(lo + 1, guess))
+            space = state["message"].body.rfind(" ", lo + 1, guess + 1)
+            cut = space if space > lo and guess - space < 24 else guess
+            cuts.append(cut)
+        texts = [s["message"].body[:cut] + s["message"].suffix for s, cut in zip(active, cuts,
+                                                                                  strict=True)]
+        for state, cut, tokens in zip(active, cuts, counter.count_many(texts), strict=True):
+            if tokens <= state["budget"]:
+                state["lo"], state["lo_tokens"] = cut, tokens
+            else:
+                state["hi"], state["hi_tokens"] = cut, tokens
+    out = []
+    for state in states:
+        old = state["message"]
+        new = _Message(old.role, old.body[: state["lo"]], old.suffix, floor=old.floor)
+        new.tokens = state["lo_tokens"]
+        out.append(new)
+    return out
+
+
+def _fit(candidates: list[_Candidate], max_model_len: int | None, policy: str,
+         counter: TokenCounter) -> list[_Candidate | None]:
+    """Apply the overlong policy: the fitting candidate (maybe trimmed), or None (rejected).
+    Trimming takes tokens from the longest non-system messages first (the system prompt is
+    shared by every conversation), never below a message's floor. The counts are taken later,
+    in plan order, so a plan's counts cover exactly its own requests."""
+    if max_model_len is None:
+        return list(candidates)
+    result: list[_Candidate | None] = []
+    jobs: list[tuple[_Message, int]] = []
+    where: list[tuple[int, int]] = []
+    for position, candidate in enumerate(candidates):
+        excess = candidate.prompt_tokens + candidate.max_tokens - max_model_len
+        if excess <= 0:
+            result.append(candidate)
+            continue
+        if policy == "reject":
+            result.append(None)
+            continue
+        order = sorted(range(len(candidate.messages)), key=lambda i: (
+            candidate.messages[i].role == "system", -candidate.messages[i].tokens, -i))
+        cuts = []
+        for i in order:
+            message = candidate.messages[i]
+            take = min(excess, max(0, message.tokens - message.floor))
+            if take > 0:
+                cuts.append((i, message.tokens - take))
+                excess -= take
+            if excess <= 0:
+                break
+        if excess > 0:  # cannot fit even trimmed to the floors (max_tokens too large)
+            result.append(None)
+            continue
+        copy = _Candidate(candidate.conversation_id, candidate.turn, list(candidate.messages),
+                          candidate.max_tokens)
+        for i, budget in cuts:
+            jobs.append((copy.messages[i], budget))
+            where.append((position, i))
+        result.append(copy)
+    for (position, i), message in zip(where, _trim_many(jobs, counter), strict=True):
+        result[position].messages[i] = message  # type: ignore[union-attr]
+    return result
+
+
+def _accept(candidate: _Candidate | None, original: _Candidate, out: list[_Candidate],
+            tally: _Tally) -> None:
+    if candidate is None:
+        tally.rejected += 1
+        return
+    if candidate is not original:
+        tally.trimmed += 1
+    out.append(candidate)
+
+
+def _generate(make: Callable[[int], list[_Candidate]], per_conversation: int,
+              counter: TokenCounter, words: WordTexts, max_model_len: int | None, policy: str,
+              n_requests: int, tally: _Tally) -> list[_Candidate]:
+    """Conversations 0, 1, ... from `make(c)`, in batches (one count_many call per round), until
+    n_requests are accepted. Batching never changes a conversation, so plans are prefixes."""
+    out: list[_Candidate] = []
+    conversation = 0
+    fruitless = 0
+    while len(out) < n_requests:
+        wanted = max(_MIN_BATCH, math.ceil((n_requests - len(out)) / per_conversation))
+        batch = [candidate for c in range(conversation, conversation + wanted)
+                 for candidate in make(c)]
+        conversation += wanted
+        missed = _count([m for candidate in batch for m in candidate.messages], counter, words)
+        if missed:
+            tally.warnings.append(
+                f"{missed} generated texts missed their token target after {_FIX_ROUNDS} "
+                f"corrections ({counter.name} is not additive over words); their measured "
+                "lengths are used")
+        for fitted, candidate in zip(_fit(batch, max_model_len, policy, counter), batch,
+                                     strict=True):
+            if len(out) >= n_requests:
+                break
+            _accept(fitted, candidate, out, tally)
+            fruitless = 0 if fitted is not None else fruitless + 1
+        if fruitless >= _GIVE_UP_AFTER:
+            raise ValueError(
+                f"{fruitless} requests in a row do not fit max-model-len {max_model_len} with "
+                f"max_tokens {batch[-1].max_tokens}; lower the prompt/output lengths or raise "
+                "max-model-len")
+    return out
+
+
+# ------------------------------------------------------------------------------ profiles
+def _chat(spec: ChatSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+          policy: str, n_requests: int, tally: _Tally) -> list[_Candidate]:
+    words = WordTexts(counter)
+    shared: list[_Message] = []
+    if spec.system_prompt_tokens > 0:
+        system_rng = random.Random(f"{seed}:chat:system")
+        shared.append(_Message("system", words.text(system_rng, spec.system_prompt_tokens),
+                               target=spec.system_prompt_tokens, generated=True))
+
+    def conversation(c: int) -> list[_Candidate]:
+        rng = random.Random(f"{seed}:chat:{c}")
+        history = list(shared)
+        turns = []
+        for turn in range(spec.turns):
+            target = max(1, round(rng.uniform(0.5, 1.5) * spec.user_tokens))
+            history.append(_Message("user", words.text(rng, target), target=target,
+                                    generated=True))
+            turns.append(_Candidate(c, turn, list(history), spec.output_tokens))
+            if turn + 1 < spec.turns:  # the fixed stand-in for this turn's answer
+                history.append(_Message("assistant", words.text(rng, spec.output_tokens),
+                                        target=spec.output_tokens, generated=True))
+        return turns
+
+    return _generate(conversation, spec.turns, counter, words, max_model_len, policy,
+                     n_requests, tally)
+
+
+def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+              policy: str, n_requests: int, tally: _Tally) -> list[_Candidate]:
+    low, high = spec.min_doc_tokens, spec.max_doc_tokens
+    if high is None:
+        if max_model_len is None:
+            raise ValueError("long-doc needs max_doc_tokens when the server's max-model-len is "
+                             "unknown (set traffic.long-doc.max_doc_tokens)")
+        high = max_model_len - spec.output_tokens - LONG_DOC_MARGIN_TOKENS
+        if high < 1:
+            raise ValueError(f"max-model-len {max_model_len} leaves no room for a document "
+                             f"with output_tokens {spec.output_tokens}")
+    if high < low:
+        tally.warnings.append(
+            f"long-doc: max_doc_tokens {high} is below min_doc_tokens {low}; every document "
+            f"has {high} tokens")
+        low = high
+    words = WordTexts(counter)
+    suffixes = [DOC_SEPARATOR + text for text in INSTRUCTIONS]
+    suffix_tokens = dict(zip(suffixes, counter.count_many(suffixes), strict=True))
+
+    def conversation(c: int) -> list[_Candidate]:
+        rng = random.Random(f"{seed}:long-doc:{c}")
+        doc_tokens = rng.randint(low, high)
+        suffix = DOC_SEPARATOR + rng.choice(INSTRUCTIONS)
+        document = _Message("user", words.text(rng, doc_tokens), suffix,
+                            target=doc_tokens + suffix_tokens[suffix], generated=True,
+                            floor=suffix_tokens[suffix] + 1)
+        return [_Candidate(c, 0, [document], spec.output_tokens)]
+
+    return _generate(conversation, 1, counter, words, max_model_len, policy, n_requests, tally)
+
+
+def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
+              max_model_len: int | None, policy: str, n_requests: int,
+              tally: _Tally) -> list[_Candidate]:
+    """Entries in a seeded shuffled order, counted a chunk at a time (a real ShareGPT file is
+    only tokenized as far as the plan needs); a second pass, reshuffled, reuses the first
+    pass's requests."""
+    path = Path(spec.path).expanduser() if spec.path else DEFAULT_SHAREGPT_PATH
+    if spec.max_prompt_tokens < spec.min_prompt_tokens:
+        raise ValueError(f"max_prompt_tokens {spec.max_prompt_tokens} is below "
+                         f"min_prompt_tokens {spec.min_prompt_tokens}")
+    entries = load_sharegpt(path)
+    tally.filtered = dict.fromkeys(FILTER_REASONS, 0)
+    accepted: dict[int, list[_Candidate]] = {}  # entry -> its requests (first pass)
+    out: list[_Candidate] = []
+    conversation = 0
+    passes = 0
+    while len(out) < n_requests:
+        order = list(range(len(entries)))
+        random.Random(f"{seed}:sharegpt:order:{passes}").shuffle(order)
+        for start in range(0, len(order), _SHAREGPT_CHUNK):
+            if len(out) >= n_requests:
+                break
+            chunk = order[start:start + _SHAREGPT_CHUNK]
+            if passes == 0:
+                _sharegpt_first_pass(chunk, entries, conversation, spec, counter,
+                                     max_model_len, policy, n_requests, accepted, out, tally)
+            else:
+                for offset, entry in enumerate(chunk):
+                    for request in accepted.get(entry, ()):
+                        if len(out) >= n_requests:
+                            break
+                        out.append(_Candidate(conversation + offset, request.turn,
+                                              request.messages, request.max_tokens))
+            conversation += len(chunk)
+        passes += 1
+        if not out:
+            raise ValueError(
+                f"{path}: no request passes the filters ("
+                + ", ".join(f"{reason} {n}" for reason, n in tally.filtered.items() if n)
+                + "); loosen the traffic.sharegpt limits")
+    if passes > 1:
+        tally.warnings.append(
+            f"sharegpt: {path.name} gives {sum(map(len, accepted.values()))} requests after "
+            f"the filters; the plan of {n_requests} goes through it {passes} times (repeated "
+            "prompts hit the prefix cache)")
+    return out
+
+
+def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | str],
+                         first_id: int, spec: ShareGptSpec, counter: TokenCounter,
+                         max_model_len: int | None, policy: str, n_requests: int,
+                         accepted: dict[int, list[_Candidate]], out: list[_Candidate],
+                         tally: _Tally) -> None:
+    """Count a chunk of entries with one count_many call, filter, fit, accept in order."""
+    per_entry: list[tuple[int, list[tuple[_Candidate, _Message] | str]]] = []
+    counted: list[_Message] = []
+    for offset, entry in enumerate(chunk):
+        item = entries[entry]
+        if isinstance(item, str):
+            per_entry.append((entry, ["malformed"]))
+            continue
+        messages = [_Message(role, text) for role, text in item.turns]
+        counted.extend(messages)
+        requests: list[tuple[_Candidate, _Message] | str] = []
+        for i, message in enumerate(messages):
+            if message.role != "user":
+                continue
+            if i + 1 < len(messages) and messages[i + 1].role == "assistant":
+                requests.append((_Candidate(first_id + offset, i, messages[: i + 1], 0),
+                                 messages[i + 1]))
+            else:
+                requests.append("no_reply")
+            if not spec.all_turns:
+                break
+        per_entry.append((entry, requests))
+    _count(counted, counter)
+    candidates: list[_Candidate] = []
+    for _, requests in per_entry:
+        for position, request in enumerate(requests):
+            if isinstance(request, str):
+                continue
+            candidate, reply = request
+            candidate.max_tokens = reply.tokens
+            reason = _filter_reason(candidate, spec)
+            if reason is None:
+                candidates.append(candidate)
+            else:
+                requests[position] = reason
+    fitted = dict(zip(map(id, candidates), _fit(candidates, max_model_len, policy, counter),
+                      strict=True))
+    for entry, requests in per_entry:
+        kept = accepted.setdefault(entry, [])
+        for request in requests:
+            if len(out) >= n_requests:
+                return
+            if isinstance(request, str):
+                tally.filtered[request] += 1
+                continue
+            candidate = request[0]
+            before = len(out)
+            _accept(fitted[id(candidate)], candidate, out, tally)
+            if len(out) > before:
+                kept.append(out[-1])
+
+
+def _filter_reason(candidate: _Candidate, spec: ShareGptSpec) -> str | None:
+    prompt, output = candidate.prompt_tokens, candidate.max_tokens
+    if prompt < spec.min_prompt_tokens:
+        return "prompt_too_short"
+    if prompt > spec.max_prompt_tokens:
+        return "prompt_too_long"
+    if output < spec.min_output_tokens:
+        return "output_too_short"
+    if spec.max_output_tokens is not None and output > spec.max_output_tokens:
+        return "output_too_long"
+    if prompt + output > spec.max_total_tokens:
+        return "total_too_long"
+    return None
+
+
+# ------------------------------------------------------------------------------ public API
+def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int | None,
+               n_requests: int) -> RequestPlan:
+    """Pre-sample `n_requests` requests of `traffic.profile` (see the module docstring).
+    A bad configuration or data file raises ValueError saying what is wrong."""
+    if n_requests < 1:
+        raise ValueError(f"n_requests must be at least 1, got {n_requests}")
+    tally = _Tally()
+    args = (traffic.seed, counter, max_model_len, traffic.overlong, n_requests, tally)
+    if traffic.profile == "chat":
+        candidates = _chat(traffic.chat, *args)
+    elif traffic.profile == "long-doc":
+        candidates = _long_doc(traffic.long_doc, *args)
+    elif traffic.profile == "sharegpt":
+        candidates = _sharegpt(traffic.sharegpt, *args)
+    else:  # pragma: no cover - the scenario model admits only the three
+        raise ValueError(f"unknown traffic profile {traffic.profile!r}")
+    requests = _freeze(candidates)
+    if tally.trimmed:
+        tally.warnings.append(f"{tally.trimmed} prompts were trimmed to fit max-model-len "
+                              f"{max_model_len} (prompt + max_tokens)")
+    if tally.rejected:
+        why = ("overlong: reject" if traffic.overlong == "reject"
+               else "they could not be trimmed enough")
+        tally.warnings.append(f"{tally.rejected} prompts did not fit max-model-len "
+                              f"{max_model_len} and were dropped ({why})")
+    return RequestPlan(
+        requests=requests, profile=traffic.profile, seed=traffic.seed, tokenizer=counter.name,
+        trimmed=tally.trimmed, rejected=tally.rejected, filtered=dict(tally.filtered),
+        sha256=plan_sha256(requests), warnings=tuple(tally.warnings))
+
+
+def _freeze(candidates: list[_Candidate]) -> tuple[PlannedRequest, ...]:
+    frozen: dict[int, dict[str, str]] = {}  # one dict per distinct message, shared by turns
+
+    def as_dict(message: _Message) -> dict[str, str]:
+        key = id(message)
+        if key not in frozen:
+            frozen[key] = {"role": message.role, "content": message.content}
+        return frozen[key]
+
+    return tuple(
+        PlannedRequest(index, c.conversation_id, c.turn, tuple(map(as_dict, c.messages)),
+                       c.prompt_tokens, c.max_tokens)
+        for index, c in enumerate(candidates))
+
+
+def write_plan(plan: RequestPlan, path: Path) -> None:
+    """Parquet, one row per request; plan-level fields as JSON in the schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    requests = plan.requests
+    message_type = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    table = pa.table({
+        "index": pa.array([r.index for r in requests], pa.int64()),
+        "conversation_id": pa.array([r.conversation_id for r in requests], pa.int64()),
+        "turn": pa.array([r.turn for r in requests], pa.int32()),
+        "messages": pa.array([list(r.messages) for r in requests], message_type),
+        "prompt_tokens": pa.array([r.prompt_tokens for r in requests], pa.int64()),
+        "max_tokens": pa.array([r.max_tokens for r in requests], pa.int64()),
+    })
+    metadata = {"schema_version": PLAN_SCHEMA_VERSION, "profile": plan.profile,
+                "seed": plan.seed, "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
+                "rejected": plan.rejected, "filtered": plan.filtered, "sha256": plan.sha256,
+                "warnings": list(plan.warnings)}
+    table = table.replace_schema_metadata({PLAN_METADATA_KEY: json.dumps(metadata)})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd")
+
+
+def read_plan(path: Path) -> RequestPlan:
+    """Read a plan written by `write_plan`; its sha256 is checked against its requests."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable request plan ({error})") from error
+    raw = (table.schema.metadata or {}).get(PLAN_METADATA_KEY)
+    if raw is None:
+        raise ValueError(f"{path}: not a request plan (no {PLAN_METADATA_KEY.decode()} metadata)")
+    meta = json.loads(raw)
+    if meta.get("schema_version") != PLAN_SCHEMA_VERSION:
+        raise ValueError(f"{path}: plan schema version {meta.get('schema_version')}, "
+                         f"this suite reads {PLAN_SCHEMA_VERSION}")
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    requests = tuple(
+        PlannedRequest(index, conversation_id, turn, tuple(messages), prompt_tokens, max_tokens)
+        for index, conversation_id, turn, messages, prompt_tokens, max_tokens in zip(
+            columns["index"], columns["conversation_id"], columns["turn"], columns["messages"],
+            columns["prompt_tokens"], columns["max_tokens"], strict=True))
+    if plan_sha256(requests) != meta["sha256"]:
+        raise ValueError(f"{path}: the requests do not match the plan's sha256 (file altered)")
+    return RequestPlan(
+        requests=requests, profile=meta["profile"], seed=meta["seed"],
+        tokenizer=meta["tokenizer"], trimmed=meta["trimmed"], rejected=meta["rejected"],
+        filtered=dict(meta["filtered"]), sha256=meta["sha256"],
+        warnings=tuple(meta["warnings"]))
