@@ -1,96 +1,504 @@
-"""Plotly figures for the HTML report, built from samples (plots downsample; statistics never
-do). Returns Plotly JSON strings; the template only places them."""
+"""Plotly figures for the HTML report, and the plot-only series they are drawn from.
+
+Plots downsample and aggregate; statistics never do (every number in a table comes from
+`reports.metrics`/`reports.statistics` on all rows). Each figure function takes a mapping
+`label -> series` so a comparison page can overlay variants with the same code; a single run
+passes one label. Figures are returned as Plotly JSON strings; the template only places them.
+
+Time axes are "seconds since the run's first intended send" so client and server series line
+up; the warm-up (and cool-down, when rows exist) is shaded.
+"""
 
 from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
+import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
 from reports.metrics import LATENCY_METRICS, METRIC_TITLES, RunSeries
 
 MAX_ECDF_POINTS = 1000
-MAX_SCATTER_POINTS = 5000
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-           "height": 420}
+MAX_SCATTER_POINTS = 4000
+MAX_TIME_BINS = 300
+NICE_BIN_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+_LAYOUT: dict[str, Any] = {"template": "plotly_white",
+                           "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 420,
+                           "legend": {"orientation": "h", "y": -0.18}}
+_SHADE = {"warm-up": "#8a8f98", "cool-down": "#8a8f98"}
+PALETTE = ("#3566b8", "#d9730d", "#2e9e5b", "#8e44ad", "#c0392b", "#16a2b8", "#7f6a00")
+_STAT_COLOURS = {"p50": "#3566b8", "p99": "#d9730d"}
+_FAILED = "#c0392b"
+_SUBPLOT_MARGIN = {**_LAYOUT["margin"], "t": 90}
+
+
+def colour(index: int) -> str:
+    """The colour of the index-th variant (a single run uses the first)."""
+    return PALETTE[index % len(PALETTE)]
+
+
+def plot_text(text: str) -> str:
+    """Text placed into a Plotly label: Plotly renders a subset of HTML tags in labels, so
+    anything user-supplied (variant names, error kinds) is entity-escaped first."""
+    return html.escape(str(text), quote=False)
+
+
+# --------------------------------------------------------------------------------------------
+# plot-only series
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """Where the warm-up ends and the measured window ends, in seconds since the first send."""
+
+    start_unix_s: float
+    measure_start_s: float | None
+    measure_end_s: float | None
+    end_s: float
+    has_cooldown: bool
+
+    def regions(self) -> list[tuple[str, float, float]]:
+        regions = []
+        if self.measure_start_s is not None and self.measure_start_s > 0:
+            regions.append(("warm-up", 0.0, self.measure_start_s))
+        if self.has_cooldown and self.measure_end_s is not None and self.end_s > self.measure_end_s:
+            regions.append(("cool-down", self.measure_end_s, self.end_s))
+        return regions
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Per-time-bin aggregates over the whole run (warm-up included) and a thinned set of
+    per-request points. Latency bins by intended send time, throughput by completion time."""
+
+    phases: Phases
+    bin_s: float
+    bin_start_s: np.ndarray
+    latency_bins: dict[str, dict[str, np.ndarray]]  # metric -> {"p50": ..., "p99": ...}, NaN empty
+    output_tokens_per_s: np.ndarray
+    completed_per_s: np.ndarray
+    failed_per_s: np.ndarray
+    points_s: np.ndarray  # send time of the thinned successful requests
+    points: dict[str, np.ndarray]  # metric -> latency (s) of those requests
+    failed_points_s: np.ndarray
+
+
+def _floats(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def nice_bin_s(span_s: float, max_bins: int = MAX_TIME_BINS) -> float:
+    """The smallest of 1, 2, 5, 10, 15, 30 s, 1 min, ... giving at most `max_bins` bins."""
+    for candidate in NICE_BIN_S:
+        if span_s / candidate <= max_bins:
+            return float(candidate)
+    return float(math.ceil(span_s / max_bins))
+
+
+def thin_index(n: int, max_points: int) -> np.ndarray:
+    """Evenly spaced indices (all of them when n <= max_points)."""
+    if n <= max_points:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+
+
+def _binned_percentiles(bins: np.ndarray, values: np.ndarray, n_bins: int,
+                        percentiles: Iterable[float]) -> dict[str, np.ndarray]:
+    percentiles = tuple(percentiles)
+    out = {f"p{q:g}": np.full(n_bins, np.nan) for q in percentiles}
+    keep = np.isfinite(values)
+    bins, values = bins[keep], values[keep]
+    if values.size == 0:
+        return out
+    order = np.lexsort((values, bins))
+    bins, values = bins[order], values[order]
+    edges = np.flatnonzero(np.diff(bins)) + 1
+    for group_bins, group in zip(np.split(bins, edges), np.split(values, edges), strict=True):
+        for q in percentiles:
+            out[f"p{q:g}"][group_bins[0]] = np.quantile(group, q / 100.0)
+    return out
+
+
+def build_timeline(table: pa.Table, window_s: float | None = None,
+                   max_bins: int = MAX_TIME_BINS, max_points: int = MAX_SCATTER_POINTS
+                   ) -> Timeline:
+    """`window_s`: the scenario's measured duration; the measured window then ends at its
+    first send + window_s (else at the first cool-down send, else the last measured send)."""
+    table = table.sort_by("intended_send_unix_s")
+    sent = _floats(table, "intended_send_unix_s")
+    start = float(sent.min()) if sent.size else 0.0
+    elapsed = sent - start
+    e2e = _floats(table, "e2e_s")
+    done = elapsed + np.nan_to_num(e2e, nan=0.0)
+    phase = np.asarray(table.column("phase").to_numpy(zero_copy_only=False), dtype=object)
+    ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
+    measured = phase == "measure"
+    end_s = float(max(done.max(), elapsed.max())) if sent.size else 0.0
+    cooldown = phase == "cooldown"
+    measure_start = measure_end = None
+    if measured.any():
+        measure_start = float(elapsed[measured].min())
+        if window_s is not None:
+            measure_end = measure_start + window_s
+        elif cooldown.any():
+            measure_end = float(elapsed[cooldown].min())
+        else:
+            measure_end = float(elapsed[measured].max())
+    phases = Phases(start, measure_start, measure_end, end_s, bool(cooldown.any()))
+    bin_s = nice_bin_s(max(end_s, 1.0), max_bins)
+    n_bins = max(1, math.floor(end_s / bin_s) + 1)
+    send_bin = np.minimum((elapsed // bin_s).astype(int), n_bins - 1)
+    done_bin = np.minimum((done // bin_s).astype(int), n_bins - 1)
+    tokens = np.nan_to_num(_floats(table, "output_tokens"))
+    latency_bins = {}
+    values = {"ttft": _floats(table, "ttft_s"), "e2e": e2e}
+    for metric, series in values.items():
+        latency_bins[metric] = _binned_percentiles(send_bin[ok], series[ok], n_bins, (50, 99))
+    output_tokens = np.bincount(done_bin[ok], weights=tokens[ok], minlength=n_bins)
+    completed = np.bincount(done_bin[ok], minlength=n_bins).astype(float)
+    failed = np.bincount(done_bin[~ok], minlength=n_bins).astype(float)
+    good = np.flatnonzero(ok)[thin_index(int(ok.sum()), max_points)]
+    bad = np.flatnonzero(~ok)[thin_index(int((~ok).sum()), max_points)]
+    return Timeline(
+        phases=phases, bin_s=bin_s, bin_start_s=np.arange(n_bins) * bin_s,
+        latency_bins=latency_bins, output_tokens_per_s=output_tokens / bin_s,
+        completed_per_s=completed / bin_s, failed_per_s=failed / bin_s,
+        points_s=elapsed[good], points={m: v[good] for m, v in values.items()},
+        failed_points_s=elapsed[bad])
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSeries:
+    """vLLM `/metrics` over the run, summed over engines (KV-cache usage averaged), time in
+    seconds since the run's first intended send. Interval series (preemptions, prefix-cache
+    hit rate) are per scrape interval, placed at the interval's end. None = not exported."""
+
+    scrape_s: np.ndarray
+    running: np.ndarray | None
+    waiting: np.ndarray | None
+    kv_cache_usage: np.ndarray | None  # fraction 0..1
+    preemptions: np.ndarray | None  # per interval (len = scrapes - 1)
+    prefix_cache_hit_rate: np.ndarray | None  # per interval, NaN when no queries
+
+    @property
+    def interval_end_s(self) -> np.ndarray:
+        return self.scrape_s[1:]
+
+
+def _metric_name(key: str) -> str:
+    return key.split("{", 1)[0]
+
+
+def _gather(records: list[dict[str, Any]], name: str, how: str) -> np.ndarray | None:
+    """One metric per scrape over all its label sets (`sum` or `mean`); None if never seen."""
+    seen = False
+    out = np.full(len(records), np.nan)
+    for index, record in enumerate(records):
+        values = [float(v) for k, v in record["values"].items() if _metric_name(k) == name]
+        if values:
+            seen = True
+            out[index] = sum(values) if how == "sum" else sum(values) / len(values)
+    return out if seen else None
+
+
+def _increments(counter: np.ndarray | None) -> np.ndarray | None:
+    if counter is None or counter.size < 2:
+        return None
+    delta = np.diff(counter)
+    delta[delta < 0] = np.nan  # counter reset (server restart)
+    return delta
+
+
+def build_server_series(records: list[dict[str, Any]], start_unix_s: float
+                        ) -> ServerSeries | None:
+    """From the parsed lines of server_metrics.jsonl (`{"unix_s": t, "values": {...}}`);
+    None when there is nothing to plot."""
+    records = sorted((r for r in records if isinstance(r.get("values"), dict)
+                      and isinstance(r.get("unix_s"), int | float)), key=lambda r: r["unix_s"])
+    if not records:
+        return None
+    queries = _increments(_gather(records, "vllm:prefix_cache_queries_total", "sum"))
+    hits = _increments(_gather(records, "vllm:prefix_cache_hits_total", "sum"))
+    hit_rate = None
+    if queries is not None and hits is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hit_rate = np.where(queries > 0, hits / queries, np.nan)
+    series = ServerSeries(
+        scrape_s=np.array([r["unix_s"] for r in records], dtype=np.float64) - start_unix_s,
+        running=_gather(records, "vllm:num_requests_running", "sum"),
+        waiting=_gather(records, "vllm:num_requests_waiting", "sum"),
+        kv_cache_usage=_gather(records, "vllm:kv_cache_usage_perc", "mean"),
+        preemptions=_increments(_gather(records, "vllm:num_preemptions_total", "sum")),
+        prefix_cache_hit_rate=hit_rate)
+    present = (series.running, series.waiting, series.kv_cache_usage, series.preemptions,
+               series.prefix_cache_hit_rate)
+    return series if any(p is not None for p in present) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """How far the measurement can be trusted: the client's send lag (measured rows) and
+    content chunks per output token (successful measured rows)."""
+
+    send_lag_s: np.ndarray
+    chunks_per_token: np.ndarray
+
+
+def build_health(table: pa.Table, series: RunSeries) -> Health:
+    phase = table.column("phase")
+    good = pc.and_(pc.equal(phase, "measure"), table.column("ok"))
+    chunks = pc.list_value_length(table.column("chunk_offsets_s")).fill_null(0)
+    tokens = table.column("output_tokens")
+    keep = pc.and_(good, pc.greater(tokens.fill_null(0), 0))
+    chunk_counts = np.asarray(chunks.filter(keep).to_numpy(), dtype=np.float64)
+    token_counts = np.asarray(tokens.filter(keep).to_numpy(), dtype=np.float64)
+    return Health(send_lag_s=series.send_lag_s, chunks_per_token=chunk_counts / token_counts)
+
+
+# --------------------------------------------------------------------------------------------
+# figures
 
 
 def ecdf_points(values: np.ndarray, max_points: int = MAX_ECDF_POINTS
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The empirical CDF at ≤ max_points quantiles (exact for small inputs)."""
-    ordered = np.sort(values)
+    """The empirical CDF at ≤ max_points quantiles (exact for small inputs); the first and last
+    order statistics are always kept, so the tails reach their true extremes."""
+    ordered = np.sort(values[np.isfinite(values)])
     n = ordered.size
     if n == 0:
         return ordered, ordered
     probabilities = np.arange(1, n + 1) / n
     if n <= max_points:
         return ordered, probabilities
-    index = np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+    # denser towards the upper tail, where the SLOs live: half the points evenly, half on a
+    # log scale of the exceedance probability
+    even = np.linspace(0, n - 1, max_points // 2)
+    tail = n - np.geomspace(1, n, max_points - max_points // 2)
+    index = np.unique(np.clip(np.concatenate([even, tail]).round().astype(int), 0, n - 1))
     return ordered[index], probabilities[index]
 
 
-def latency_ecdf_figure(series_by_label: dict[str, RunSeries]) -> str:
-    figure = make_subplots(rows=2, cols=2,
+def _to_json(figure: go.Figure) -> str:
+    return figure.to_json(validate=False)
+
+
+def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
+    figure = make_subplots(rows=2, cols=2, vertical_spacing=0.14,
                            subplot_titles=[METRIC_TITLES[m] for m in LATENCY_METRICS])
     for index, metric in enumerate(LATENCY_METRICS):
         row, col = divmod(index, 2)
-        for label, series in series_by_label.items():
+        for number, (label, series) in enumerate(series_by_label.items()):
             x, y = ecdf_points(series.latency(metric) * 1e3)
-            figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label,
-                                        legendgroup=label, showlegend=index == 0),
+            figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name=plot_text(label),
+                                        legendgroup=plot_text(label), showlegend=index == 0,
+                                        line={"shape": "hv", "color": colour(number)}),
                              row=row + 1, col=col + 1)
         figure.update_xaxes(title_text="ms", row=row + 1, col=col + 1)
-        figure.update_yaxes(title_text="fraction ≤ x", range=[0, 1], row=row + 1, col=col + 1)
-    figure.update_layout(title="Latency distributions (ECDF, measured window)",
-                         **{**_LAYOUT, "height": 640})
-    return figure.to_json()
+        figure.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=row + 1,
+                            col=col + 1)
+    figure.update_layout(title="Latency distributions (ECDF, measured window, successful requests)",
+                         **{**_LAYOUT, "height": 700, "margin": _SUBPLOT_MARGIN,
+                            "showlegend": not _single(series_by_label)})
+    return _to_json(figure)
 
 
-def _thin(n: int, max_points: int) -> np.ndarray:
-    if n <= max_points:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+def _shade(figure: go.Figure, phases: Phases, rows: Iterable[int] = (1,), cols: int = 1) -> None:
+    rows = tuple(rows)
+    for name, x0, x1 in phases.regions():
+        for row in rows:
+            for col in range(1, cols + 1):
+                label = ({"annotation_text": name, "annotation_position": "top left"}
+                         if row == rows[0] and col == 1 else {})
+                figure.add_vrect(x0=x0, x1=x1, fillcolor=_SHADE[name], opacity=0.15,
+                                 line_width=0, row=row, col=col, **label)
 
 
-def timeline_figure(table: pa.Table, warmup_s: float) -> str:
-    """TTFT and E2E per request against send time, failures marked, warm-up shaded."""
-    table = table.sort_by("intended_send_unix_s")
-    sent = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
-    figure = go.Figure()
-    if sent.size:
-        elapsed = sent - sent.min()
-        ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
-        for column, label in (("ttft_s", "TTFT"), ("e2e_s", "E2E")):
-            values = np.asarray(table.column(column).to_numpy(zero_copy_only=False),
-                                dtype=np.float64)
-            keep = _thin(int(ok.sum()), MAX_SCATTER_POINTS)
-            figure.add_trace(go.Scattergl(x=elapsed[ok][keep], y=values[ok][keep] * 1e3,
-                                          mode="markers", name=label,
-                                          marker={"size": 4, "opacity": 0.6}))
-        if (~ok).any():
-            keep = _thin(int((~ok).sum()), MAX_SCATTER_POINTS)
-            figure.add_trace(go.Scattergl(
-                x=elapsed[~ok][keep], y=np.zeros(keep.size), mode="markers", name="failed",
-                marker={"size": 7, "symbol": "x", "color": "#c0392b"}))
-        if warmup_s > 0:
-            figure.add_vrect(x0=0, x1=warmup_s, fillcolor="#999", opacity=0.15, line_width=0,
-                             annotation_text="warm-up", annotation_position="top left")
-    figure.update_layout(title="Latency over time (per request, by send time)",
-                         xaxis_title="seconds since first request", yaxis_title="ms", **_LAYOUT)
-    return figure.to_json()
+def _single(mapping: Mapping[str, Any]) -> bool:
+    return len(mapping) == 1
 
 
-def throughput_figure(series: RunSeries) -> str:
-    figure = go.Figure()
-    seconds = np.arange(series.output_tokens_per_bin.size)
-    figure.add_trace(go.Scatter(x=seconds, y=series.output_tokens_per_bin, mode="lines",
-                                name="output tok/s"))
-    figure.add_trace(go.Scatter(x=seconds, y=series.completions_per_bin, mode="lines",
-                                name="completed req/s", yaxis="y2"))
-    figure.update_layout(title="Throughput over the measured window (1 s bins)",
-                         xaxis_title="seconds into the measured window",
-                         yaxis={"title": "output tok/s"},
-                         yaxis2={"title": "req/s", "overlaying": "y", "side": "right"},
-                         **_LAYOUT)
-    return figure.to_json()
+def timeline_figure(timelines: Mapping[str, Timeline]) -> str:
+    """TTFT and E2E against send time: per-bin p50 and p99 lines (all requests) and, for a
+    single run, a thinned cloud of individual requests; failed requests marked at the bottom."""
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=["Time to first token", "End-to-end latency"])
+    for row, metric in enumerate(("ttft", "e2e"), start=1):
+        for number, (label, timeline) in enumerate(timelines.items()):
+            prefix = "" if _single(timelines) else f"{plot_text(label)} "
+            if _single(timelines) and timeline.points_s.size:
+                figure.add_trace(go.Scatter(
+                    x=timeline.points_s, y=timeline.points[metric] * 1e3, mode="markers",
+                    name="requests (thinned)" if row == 1 else None, legendgroup="points",
+                    showlegend=row == 1, marker={"size": 3, "opacity": 0.35,
+                                                 "color": "#7f8c9d"}), row=row, col=1)
+            centers = timeline.bin_start_s + timeline.bin_s / 2
+            for key, dash in (("p50", "solid"), ("p99", "dot")):
+                line_colour = _STAT_COLOURS[key] if _single(timelines) else colour(number)
+                figure.add_trace(go.Scatter(
+                    x=centers, y=timeline.latency_bins[metric][key] * 1e3, mode="lines",
+                    name=f"{prefix}{key} per {timeline.bin_s:g}s bin",
+                    line={"dash": dash, "color": line_colour},
+                    legendgroup=f"{label}-{key}", showlegend=row == 1, connectgaps=False),
+                    row=row, col=1)
+            if timeline.failed_points_s.size:
+                figure.add_trace(go.Scatter(
+                    x=timeline.failed_points_s, y=np.zeros(timeline.failed_points_s.size),
+                    mode="markers", name=f"{prefix}failed requests", legendgroup=f"{label}-f",
+                    showlegend=row == 1,
+                    marker={"size": 7, "symbol": "x", "color": _FAILED}), row=row, col=1)
+        figure.update_yaxes(title_text="ms", rangemode="tozero", row=row, col=1)
+    first = next(iter(timelines.values()), None)
+    if first is not None:
+        _shade(figure, first.phases, rows=(1, 2))
+    figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
+    figure.update_layout(title="Latency over time (by intended send time)",
+                         **{**_LAYOUT, "height": 640, "margin": _SUBPLOT_MARGIN})
+    return _to_json(figure)
+
+
+def throughput_figure(timelines: Mapping[str, Timeline]) -> str:
+    """Output tokens/s and completed/failed requests/s by completion time, whole run."""
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=["Output tokens per second",
+                                           "Requests completed per second"])
+    for number, (label, timeline) in enumerate(timelines.items()):
+        prefix = "" if _single(timelines) else f"{plot_text(label)} "
+        centers = timeline.bin_start_s + timeline.bin_s / 2
+        figure.add_trace(go.Scatter(x=centers, y=timeline.output_tokens_per_s, mode="lines",
+                                    line={"shape": "hvh", "color": colour(number)},
+                                    name=f"{prefix}output tok/s"), row=1, col=1)
+        figure.add_trace(go.Scatter(x=centers, y=timeline.completed_per_s, mode="lines",
+                                    line={"shape": "hvh", "color": colour(number)},
+                                    name=f"{prefix}ok req/s"), row=2, col=1)
+        if timeline.failed_per_s.any():
+            figure.add_trace(go.Scatter(x=centers, y=timeline.failed_per_s, mode="lines",
+                                        line={"shape": "hvh", "color": _FAILED, "dash": "dot"},
+                                        name=f"{prefix}failed req/s"), row=2, col=1)
+    first = next(iter(timelines.values()), None)
+    if first is not None:
+        _shade(figure, first.phases, rows=(1, 2))
+        bin_s = first.bin_s
+        figure.update_layout(title=f"Throughput over time ({bin_s:g} s bins, by completion time)")
+    figure.update_yaxes(title_text="tok/s", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(title_text="req/s", rangemode="tozero", row=2, col=1)
+    figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
+    figure.update_layout(**{**_LAYOUT, "height": 580, "margin": _SUBPLOT_MARGIN})
+    return _to_json(figure)
+
+
+SERVER_PANELS = ("Requests running / waiting", "KV-cache usage", "Preemptions per scrape interval",
+                 "Prefix-cache hit rate per scrape interval")
+
+
+def server_panels(series: ServerSeries) -> list[str]:
+    """The panels this server exported data for (titles from SERVER_PANELS)."""
+    present = [series.running is not None or series.waiting is not None,
+               series.kv_cache_usage is not None, series.preemptions is not None,
+               series.prefix_cache_hit_rate is not None]
+    return [title for title, ok in zip(SERVER_PANELS, present, strict=True) if ok]
+
+
+def server_metrics_figure(series_by_label: Mapping[str, ServerSeries],
+                          phases: Phases | None = None) -> str | None:
+    """vLLM's own view of the run (from /metrics scrapes); None when no series has data."""
+    panels: list[str] = []
+    for series in series_by_label.values():
+        panels.extend(p for p in server_panels(series) if p not in panels)
+    panels.sort(key=SERVER_PANELS.index)
+    if not panels:
+        return None
+    rows = math.ceil(len(panels) / 2)
+    cols = 1 if len(panels) == 1 else 2
+    figure = make_subplots(rows=rows, cols=cols, subplot_titles=panels,
+                           vertical_spacing=0.16 if rows > 1 else 0.1, horizontal_spacing=0.1)
+    position = {title: divmod(i, cols) for i, title in enumerate(panels)}
+    single = _single(series_by_label)
+    for number, (label, series) in enumerate(series_by_label.items()):
+        prefix = "" if single else f"{plot_text(label)} "
+
+        def line(role: int, dash: str = "solid", number: int = number) -> dict[str, str]:
+            return {"color": colour(role if single else number), "dash": dash}
+
+        traces: list[tuple[str, go.BaseTraceType]] = []
+        if series.running is not None:
+            traces.append((SERVER_PANELS[0], go.Scatter(
+                x=series.scrape_s, y=series.running, mode="lines+markers", line=line(0),
+                name=f"{prefix}running")))
+        if series.waiting is not None:
+            traces.append((SERVER_PANELS[0], go.Scatter(
+                x=series.scrape_s, y=series.waiting, mode="lines+markers", line=line(1, "dot"),
+                name=f"{prefix}waiting")))
+        if series.kv_cache_usage is not None:
+            traces.append((SERVER_PANELS[1], go.Scatter(
+                x=series.scrape_s, y=series.kv_cache_usage * 100, mode="lines+markers",
+                line=line(2), name=f"{prefix}KV-cache %")))
+        if series.preemptions is not None:
+            traces.append((SERVER_PANELS[2], go.Bar(
+                x=series.interval_end_s, y=series.preemptions, name=f"{prefix}preemptions",
+                marker={"color": line(3)["color"]})))
+        if series.prefix_cache_hit_rate is not None:
+            traces.append((SERVER_PANELS[3], go.Scatter(
+                x=series.interval_end_s, y=series.prefix_cache_hit_rate * 100,
+                mode="lines+markers", line=line(5), name=f"{prefix}prefix-cache hit %")))
+        for title, trace in traces:
+            row, col = position[title]
+            figure.add_trace(trace, row=row + 1, col=col + 1)
+    for title, (row, col) in position.items():
+        unit = {SERVER_PANELS[0]: "requests", SERVER_PANELS[1]: "%",
+                SERVER_PANELS[2]: "count", SERVER_PANELS[3]: "%"}[title]
+        axis_range = [0, 101] if unit == "%" else None
+        figure.update_yaxes(title_text=unit, range=axis_range, rangemode="tozero",
+                            row=row + 1, col=col + 1)
+        figure.update_xaxes(title_text="s since the first request", row=row + 1, col=col + 1)
+    if phases is not None:
+        _shade(figure, phases, rows=range(1, rows + 1), cols=cols)
+    figure.update_layout(title="Server metrics (vLLM /metrics, scraped every ~2 s)",
+                         **{**_LAYOUT, "height": 330 * rows + 110, "margin": _SUBPLOT_MARGIN})
+    return _to_json(figure)
+
+
+def chunks_per_token_histogram(values: np.ndarray, bins: int = 40
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """Counts over `bins` equal bins spanning the data (and 1.0), so the plot carries 40
+    numbers however many requests there were."""
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return np.histogram(values, bins=bins, range=(0.0, 1.05))
+    low = max(0.0, float(values.min()) - 0.02)
+    high = max(1.05, float(values.max()) + 0.02)
+    return np.histogram(values, bins=bins, range=(low, high))
+
+
+def health_figure(health_by_label: Mapping[str, Health]) -> str:
+    """Send lag ECDF and the distribution of content chunks per output token."""
+    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=[
+        "Send lag (actual − intended send), ECDF", "Content chunks per output token"])
+    single = _single(health_by_label)
+    for number, (label, health) in enumerate(health_by_label.items()):
+        name = plot_text(label)
+        prefix = "" if single else f"{name} "
+        x, y = ecdf_points(health.send_lag_s * 1e3)
+        figure.add_trace(go.Scatter(x=x, y=y, mode="lines", name=f"{prefix}send lag",
+                                    line={"shape": "hv", "color": colour(number)},
+                                    legendgroup=name), row=1, col=1)
+        counts, edges = chunks_per_token_histogram(health.chunks_per_token)
+        figure.add_trace(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts,
+                                width=np.diff(edges), name=f"{prefix}chunks/token",
+                                legendgroup=name, opacity=1.0 if single else 0.6,
+                                marker={"color": colour(number if not single else 1)}),
+                         row=1, col=2)
+    figure.update_xaxes(title_text="ms", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=1, col=1)
+    figure.update_xaxes(title_text="chunks / output token (1 = one token per chunk)",
+                        row=1, col=2)
+    figure.update_yaxes(title_text="requests", row=1, col=2)
+    figure.update_layout(title="Measurement health", barmode="overlay",
+                         **{**_LAYOUT, "height": 420, "margin": _SUBPLOT_MARGIN})
+    return _to_json(figure)

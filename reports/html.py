@@ -1,24 +1,59 @@
-"""The self-contained HTML report: a `ReportView` value is built first (all formatting here),
-then a logic-free Jinja2 template (autoescape, StrictUndefined) lays it out. Plotly's JS is
-inlined, so the file opens offline."""
+"""The self-contained HTML report: a `ReportView` value is built first (all formatting and every
+decision here), then a logic-free Jinja2 template (autoescape, StrictUndefined) lays it out.
+Plotly's JS is inlined, so the file opens offline.
+
+Safety: every string reaches the page through Jinja2's autoescape; Plotly specs travel as JSON
+inside `<script type="application/json">` with `<`, `>`, `&` and U+2028/9 escaped
+(`script_json`), and are read with `JSON.parse`, never evaluated; user text put into Plotly
+labels is entity-escaped (`figures.plot_text`); credentials are redacted
+(`text.redact_secrets`) before anything is shown.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from reports.figures import latency_ecdf_figure, throughput_figure, timeline_figure
-from reports.metrics import METRIC_TITLES, RunSeries
-from reports.text import _interval, _latency, _observed
+from reports.figures import (
+    build_health,
+    build_server_series,
+    build_timeline,
+    health_figure,
+    latency_ecdf_figure,
+    server_metrics_figure,
+    server_panels,
+    throughput_figure,
+    timeline_figure,
+)
+from reports.metrics import METRIC_TITLES, RunSeries, _error_kind
+from reports.text import (
+    format_interval,
+    format_latency,
+    format_observed,
+    format_rate,
+    format_threshold,
+    outcome,
+    redact_secrets,
+    redact_text,
+    slo_name,
+    verdict_counts,
+)
 from scenarios.units import format_duration_s
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+MAX_ERROR_EXAMPLE_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,87 +64,255 @@ class FigureView:
 
 
 @dataclass(frozen=True, slots=True)
+class SloRow:
+    verdict: str
+    verdict_class: str
+    name: str  # "ttft p95"
+    objective: str  # as written: "p95 < 2s"
+    threshold: str  # "< 2.00s"
+    observed: str  # "1.23s [1.10s, 1.41s]"
+    basis: str
+    warnings: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    value: str  # "80.8ms" or "n/a"
+    interval: str  # "[78.1ms, 83.7ms]" or ""
+    note: str  # why there is no value (tooltip), or ""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    metric: str
+    count: str
+    cells: list[Cell]  # one per SUMMARY_COLUMNS
+
+
+SUMMARY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    kind: str
+    count: str
+    share: str
+    status_codes: str
+    example: str
+
+
+@dataclass(frozen=True, slots=True)
+class HealthView:
+    send_lag: list[tuple[str, str]]
+    chunks: list[tuple[str, str]]
+    errors: list[ErrorRow]
+    figure: FigureView
+    notes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    figure: FigureView | None
+    note: str  # what was plotted, or why nothing was
+
+
+@dataclass(frozen=True, slots=True)
 class ReportView:
     title: str
     run_id: str
+    description: str
     outcome: str  # PASS | FAIL | INCONCLUSIVE | INVALID
     outcome_class: str
-    slo_rows: list[dict[str, str]]
-    metric_rows: list[dict[str, str]]
+    verdict_summary: str
+    slo_rows: list[SloRow]
+    summary_columns: list[str]
+    metric_rows: list[MetricRow]
     totals: list[tuple[str, str]]
+    distribution_figures: list[FigureView]
+    time_figures: list[FigureView]
+    server: ServerView
+    health: HealthView
     provenance: list[tuple[str, str]]
     scenario_yaml: str
-    figures: list[FigureView]
     warnings: list[str]
     invalid_reasons: list[str]
     plotly_js: str
 
+    def all_figures(self) -> list[FigureView]:
+        extra = [self.server.figure] if self.server.figure is not None else []
+        return [*self.distribution_figures, *self.time_figures, *extra, self.health.figure]
 
-_OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
+
+def slo_rows(summary: Mapping[str, Any]) -> list[SloRow]:
+    return [SloRow(verdict=s["verdict"], verdict_class=s["verdict"].lower(), name=slo_name(s),
+                   objective=s["text"], threshold=format_threshold(s),
+                   observed=format_observed(s), basis=s["basis"],
+                   warnings=list(s["observed"]["warnings"]))
+            for s in summary["slos"]]
 
 
-def _cell(estimate: dict[str, Any]) -> str:
-    return f"{_latency(estimate)} {_interval(estimate, format_duration_s)}".strip()
+def latency_cell(estimate: Mapping[str, Any]) -> Cell:
+    return Cell(format_latency(estimate), format_interval(estimate, format_duration_s),
+                "; ".join(estimate["warnings"]))
+
+
+def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
+    rows = []
+    for name, metric in summary["metrics"].items():
+        estimates = {"mean": metric["mean"], **metric["percentiles"]}
+        rows.append(MetricRow(METRIC_TITLES.get(name, name), f"{metric['count']:,}",
+                              [latency_cell(estimates[k]) for k in SUMMARY_COLUMNS]))
+    return rows
+
+
+def totals(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    requests, throughput = summary["requests"], summary["throughput"]
+    error_rate = format_observed({"metric": "error_rate", "observed": summary["error_rate"]})
+    return [
+        ("measured window", f"{summary['window_s']:.0f} s"),
+        ("requests", f"{requests['measured']:,} ({requests['ok']:,} ok, "
+                     f"{requests['failed']:,} failed)"),
+        ("error rate", error_rate),
+        ("output throughput", format_rate(throughput["output_tokens_per_s"], "tok/s")),
+        ("request throughput", format_rate(throughput["requests_per_s"], "req/s")),
+        ("send lag p99", "n/a" if summary["send_lag_p99_s"] is None
+         else format_duration_s(summary["send_lag_p99_s"])),
+    ]
+
+
+def _flatten(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        out.append((prefix, " ".join(value)))
+    else:
+        out.append((prefix, value if isinstance(value, str) else json.dumps(value)))
+
+
+_PROVENANCE_FIRST = ("vllm_version", "model_id", "platform", "host", "suite_version",
+                     "suite_git_commit", "seed", "locust_version")
+
+
+def provenance_rows(provenance: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Flattened `a.b.c -> value` rows, the facts people look for first."""
+    ordered = {k: provenance[k] for k in _PROVENANCE_FIRST if k in provenance}
+    ordered.update({k: v for k, v in provenance.items() if k not in ordered})
+    rows: list[tuple[str, str]] = []
+    _flatten("", redact_secrets(ordered), rows)
+    return rows
+
+
+def _percentile_rows(values: np.ndarray, fmt, percentiles: Sequence[float]
+                     ) -> list[tuple[str, str]]:
+    if values.size == 0:
+        return [("requests", "0")]
+    rows = [(f"p{q:g}", fmt(float(np.percentile(values, q)))) for q in percentiles]
+    return [*rows, ("max", fmt(float(values.max()))), ("requests", f"{values.size:,}")]
+
+
+def error_rows(summary: Mapping[str, Any], table: pa.Table) -> list[ErrorRow]:
+    """Failed measured requests by kind (summary.json's counts), with their status codes and
+    the first error text of each kind (redacted, truncated; escaped by the template)."""
+    by_kind = summary["requests"]["errors_by_kind"]
+    failed = summary["requests"]["failed"]
+    if not by_kind:
+        return []
+    measured_failed = table.filter(pc.and_(
+        pc.equal(table.column("phase"), "measure"),
+        pc.invert(table.column("ok"))))
+    statuses: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    examples: dict[str, str] = {}
+    for error, status in zip(measured_failed.column("error").to_pylist(),
+                             measured_failed.column("status_code").to_pylist(), strict=True):
+        kind = _error_kind(error or "")
+        statuses[kind][status] += 1
+        examples.setdefault(kind, error or "")
+    rows = []
+    for kind, count in sorted(by_kind.items(), key=lambda item: -item[1]):
+        example = redact_text(examples.get(kind, ""))
+        if len(example) > MAX_ERROR_EXAMPLE_CHARS:
+            example = example[:MAX_ERROR_EXAMPLE_CHARS] + " …"
+        codes = ", ".join(f"{code} ×{n}" for code, n in sorted(statuses[kind].items()))
+        rows.append(ErrorRow(redact_text(kind), f"{count:,}",
+                             f"{count / failed:.0%}" if failed else "", codes, example))
+    return rows
 
 
 def build_view(summary: dict[str, Any], series: RunSeries, table: pa.Table,
-               scenario_yaml: str) -> ReportView:
-    outcome = _OUTCOMES.get(summary["exit_code"], "ERROR")
-    slo_rows = [{"verdict": s["verdict"], "metric": s["metric"], "rule": s["text"],
-                 "observed": _observed(s),
-                 "notes": "; ".join([s["basis"], *s["observed"]["warnings"]])}
-                for s in summary["slos"]]
-    metric_rows = []
-    for name, metric in summary["metrics"].items():
-        p = metric["percentiles"]
-        metric_rows.append({
-            "metric": METRIC_TITLES[name], "count": str(metric["count"]),
-            "mean": _cell(metric["mean"]),
-            **{k: _cell(p[k]) for k in ("p50", "p90", "p95", "p99")}})
-    requests, throughput = summary["requests"], summary["throughput"]
-
-    def rate(estimate: dict[str, Any], unit: str) -> str:
-        if estimate["value"] is None:
-            return "n/a"
-        ci = _interval(estimate, lambda v: f"{v:,.1f}")
-        return f"{estimate['value']:,.1f} {unit} {ci}".strip()
-
-    totals = [
-        ("measured window", f"{summary['window_s']:.0f} s"),
-        ("requests", f"{requests['measured']} ({requests['ok']} ok, {requests['failed']} failed)"),
-        ("error rate", _observed({"metric": "error_rate", "observed": summary["error_rate"]})),
-        ("output throughput", rate(throughput["output_tokens_per_s"], "tok/s")),
-        ("request throughput", rate(throughput["requests_per_s"], "req/s")),
-        ("send lag p99", "n/a" if summary["send_lag_p99_s"] is None
-         else format_duration_s(summary["send_lag_p99_s"])),
-        *((f"errors: {kind}", str(count)) for kind, count in requests["errors_by_kind"].items()),
+               server_records: list[dict[str, Any]] | None = None) -> ReportView:
+    """The whole report as values. `summary` is summary.json's document, `series` the measured
+    window's series, `table` all sample rows, `server_records` the parsed lines of
+    server_metrics.jsonl (None or [] when the run has none)."""
+    label = "run"
+    scenario = redact_secrets(summary["scenario"])
+    timeline = build_timeline(table, float(scenario["traffic"]["duration"]))
+    distribution_figures = [
+        FigureView("fig-ecdf", "Latency distributions", latency_ecdf_figure({label: series}))]
+    time_figures = [
+        FigureView("fig-timeline", "Latency over time", timeline_figure({label: timeline})),
+        FigureView("fig-throughput", "Throughput over time",
+                   throughput_figure({label: timeline})),
     ]
-    provenance = [(key, value if isinstance(value, str) else json.dumps(value))
-                  for key, value in summary["provenance"].items()]
-    warmup_s = float(summary["scenario"]["traffic"]["warmup"])
-    figures = [
-        FigureView("fig-ecdf", "Latency distributions", latency_ecdf_figure({"run": series})),
-        FigureView("fig-timeline", "Latency over time", timeline_figure(table, warmup_s)),
-        FigureView("fig-throughput", "Throughput", throughput_figure(series)),
-    ]
+    server_series = build_server_series(server_records or [], timeline.phases.start_unix_s)
+    if server_series is None:
+        server = ServerView(None, "No vLLM /metrics series in this run folder "
+                                  "(server_metrics.jsonl missing or empty), so nothing to plot.")
+    else:
+        server_json = server_metrics_figure({label: server_series}, timeline.phases)
+        server = ServerView(
+            FigureView("fig-server", "Server metrics", server_json) if server_json else None,
+            f"{server_series.scrape_s.size} scrapes; panels: "
+            f"{', '.join(server_panels(server_series))}.")
+    health = build_health(table, series)
+    chunks = health.chunks_per_token
+    chunk_rows = _percentile_rows(chunks, lambda v: f"{v:.3f}", (1, 50))
+    notes = []
+    if chunks.size:
+        several = float((chunks < 1).mean())
+        chunk_rows.insert(0, ("requests with several tokens in one chunk", f"{several:.1%}"))
+        if several > 0:
+            notes.append("Several tokens arrived in one chunk for some requests (normal under "
+                         "load); ITL counts gaps between chunks, token counts come from usage.")
+    lag_p99 = summary["send_lag_p99_s"]
+    if lag_p99 is not None and lag_p99 > 0.01:
+        notes.append(f"Send lag p99 is {format_duration_s(lag_p99)}: the client started requests "
+                     f"late; open-loop TTFT includes this lag (it is measured from the "
+                     f"intended send time).")
+    health_view = HealthView(
+        send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
+        chunks=chunk_rows, errors=error_rows(summary, table),
+        figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),
+        notes=notes)
+    verdict = outcome(summary)
     return ReportView(
-        title=f"vllm-slo · {summary['scenario']['name']}", run_id=summary["run_id"],
-        outcome=outcome, outcome_class=outcome.lower(), slo_rows=slo_rows,
-        metric_rows=metric_rows, totals=totals, provenance=provenance,
-        scenario_yaml=scenario_yaml, figures=figures, warnings=summary["warnings"],
-        invalid_reasons=summary["invalid_reasons"], plotly_js=get_plotlyjs())
+        title=f"vllm-slo · {scenario['name']}", run_id=summary["run_id"],
+        description=scenario.get("description") or "", outcome=verdict,
+        outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary),
+        slo_rows=slo_rows(summary), summary_columns=list(SUMMARY_COLUMNS),
+        metric_rows=metric_rows(summary), totals=totals(summary),
+        distribution_figures=distribution_figures, time_figures=time_figures, server=server,
+        health=health_view,
+        provenance=provenance_rows(summary["provenance"]),
+        scenario_yaml=yaml.safe_dump(scenario, sort_keys=False, allow_unicode=True),
+        warnings=[redact_text(w) for w in summary["warnings"]],
+        invalid_reasons=[redact_text(r) for r in summary["invalid_reasons"]],
+        plotly_js=get_plotlyjs())
 
 
 def render_html(view: ReportView) -> str:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined)
-    environment.filters["script_json"] = _script_json
+    environment.filters["script_json"] = script_json
     return environment.get_template("report.html.j2").render(view=view)
 
 
-def _script_json(text: str) -> str:
-    """JSON placed inside <script>: escape '<', '>' and '&' so no data can end the tag."""
-    from markupsafe import Markup
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                 "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
-    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+def script_json(text: str) -> Markup:
+    """JSON placed inside a <script> element: '<', '>', '&' and U+2028/9 become \\u escapes, so
+    no data can close the element or open a comment; JSON.parse reads it back unchanged."""
+    return Markup(text.translate(_SCRIPT_ESCAPES))

@@ -1,5 +1,7 @@
 """Rebuild every output of a run from its folder alone: samples + resolved scenario +
-provenance + run status -> summary.json, report.html (and the text table returned).
+provenance + run status (+ server_metrics.jsonl when present) -> summary.json, report.html,
+junit.xml, summary.md (appended to $GITHUB_STEP_SUMMARY when set), and the text table returned.
+Credentials are redacted (reports.text.redact_secrets) from everything written.
 
     vllm-slo report runs/<id>
 """
@@ -14,10 +16,12 @@ from typing import Any
 import yaml
 
 from reports.html import build_view, render_html
+from reports.junit import render_junit
+from reports.markdown import append_step_summary, render_markdown
 from reports.metrics import run_series, summarize
 from reports.samples import load_samples
 from reports.summary import build_summary
-from reports.text import render_table
+from reports.text import redact_secrets, render_table
 from reports.verdicts import choose_exit_code, evaluate_slos, invalid_measurement_reasons
 from scenarios.errors import ScenarioError
 from scenarios.model import Scenario
@@ -25,9 +29,16 @@ from scenarios.run_files import (
     PROVENANCE_FILE,
     REPORT_FILE,
     SCENARIO_FILE,
+    SERVER_METRICS_FILE,
     STATUS_FILE,
     SUMMARY_FILE,
 )
+
+JUNIT_FILE = "junit.xml"  # one testcase per SLO (reports/junit.py)
+SUMMARY_MD_FILE = "summary.md"  # short Markdown digest (reports/markdown.py)
+
+
+INTERRUPTED_REASON = "the run was interrupted before its planned end"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,35 +47,62 @@ class RenderedRun:
     text: str
     report_path: Path
     summary_path: Path
+    junit_path: Path | None = None
+    markdown_path: Path | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def read_server_metrics(path: Path) -> list[dict[str, Any]]:
+    """The /metrics scrapes, one JSON object a line; a torn or foreign line is skipped (the
+    recorder may have died mid-write)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def render_run(run_dir: Path) -> RenderedRun:
     scenario_path = run_dir / SCENARIO_FILE
     if not scenario_path.is_file():
         raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
-    scenario_yaml = scenario_path.read_text()
-    scenario = Scenario.model_validate(yaml.safe_load(scenario_yaml))
-    provenance = _read_json(run_dir / PROVENANCE_FILE)
+    scenario = Scenario.model_validate(yaml.safe_load(scenario_path.read_text()))
+    provenance = redact_secrets(_read_json(run_dir / PROVENANCE_FILE))
     status = _read_json(run_dir / STATUS_FILE)
     table = load_samples(run_dir)
     series = run_series(table, scenario.traffic.duration_s)
     summary = summarize(series)
     slo_results = evaluate_slos(scenario.slo.rules(), series, summary)
     invalid = invalid_measurement_reasons(summary, status.get("server_failure"),
-                                          status.get("load_generator_failure"))
+                                          status.get("load_generator_failure"),
+                                          scenario.traffic.max_send_lag_p99_s)
     if status.get("interrupted"):
-        invalid = (*invalid, "the run was interrupted before its planned end")
+        invalid = (*invalid, INTERRUPTED_REASON)
     document = build_summary(
-        run_id=run_dir.name, scenario=scenario.to_yaml_dict(), provenance=provenance,
+        run_id=run_dir.name, scenario=redact_secrets(scenario.to_yaml_dict()),
+        provenance=provenance,
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         warnings=status.get("warnings", []))
     summary_path = run_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(document, indent=2) + "\n")
     report_path = run_dir / REPORT_FILE
-    report_path.write_text(render_html(build_view(document, series, table, scenario_yaml)))
-    return RenderedRun(document, render_table(document), report_path, summary_path)
+    view = build_view(document, series, table, read_server_metrics(run_dir / SERVER_METRICS_FILE))
+    report_path.write_text(render_html(view), encoding="utf-8")
+    junit_path = run_dir / JUNIT_FILE
+    junit_path.write_text(render_junit(document), encoding="utf-8")
+    markdown = render_markdown(document)
+    markdown_path = run_dir / SUMMARY_MD_FILE
+    markdown_path.write_text(markdown, encoding="utf-8")
+    append_step_summary(markdown)
+    return RenderedRun(document, render_table(document), report_path, summary_path,
+                       junit_path, markdown_path)

@@ -1,40 +1,113 @@
-"""Plain-text rendering of summary.json for the terminal and logs (no colour, no logic beyond
-layout)."""
+"""Plain-text rendering of summary.json for the terminal and logs (no colour), and the small
+formatters every renderer shares (HTML, Markdown, JUnit), so a number reads the same in each."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from scenarios.units import format_duration_s
 
+OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
+Formatter = Callable[[float], str]
 
-def _latency(estimate: dict[str, Any]) -> str:
+
+def outcome(summary: dict[str, Any]) -> str:
+    """PASS | FAIL | INCONCLUSIVE | INVALID from the run's exit code (ERROR for others)."""
+    return OUTCOMES.get(summary["exit_code"], "ERROR")
+
+
+def format_latency(estimate: dict[str, Any]) -> str:
     if estimate["value"] is None:
         return "n/a"
     return format_duration_s(estimate["value"])
 
 
-def _interval(estimate: dict[str, Any], formatter) -> str:
+def format_interval(estimate: dict[str, Any], formatter: Formatter) -> str:
     if estimate["ci_low"] is None or estimate["ci_high"] is None:
         return ""
     return f"[{formatter(estimate['ci_low'])}, {formatter(estimate['ci_high'])}]"
 
 
-def _rate(value: float | None, unit: str) -> str:
-    return "n/a" if value is None else f"{value:,.1f} {unit}"
+def format_latency_ci(estimate: dict[str, Any]) -> str:
+    """`1.23s [1.10s, 1.41s]`, or `n/a` when the estimate has no value."""
+    return f"{format_latency(estimate)} {format_interval(estimate, format_duration_s)}".strip()
 
 
-def _observed(slo: dict[str, Any]) -> str:
+def _percent(value: float) -> str:
+    return f"{value * 100:.2f}%"
+
+
+def _per_second(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def metric_formatter(metric: str) -> Formatter:
+    if metric == "error_rate":
+        return _percent
+    if metric.endswith("throughput"):
+        return _per_second
+    return format_duration_s
+
+
+_RATE_UNITS = {"output_throughput": " tok/s", "request_throughput": " req/s"}
+
+
+def format_rate(estimate: dict[str, Any], unit: str) -> str:
+    """`1,234.5 tok/s [1,200.0, 1,270.1]`, or `n/a`."""
+    if estimate["value"] is None:
+        return "n/a"
+    ci = format_interval(estimate, _per_second)
+    return f"{estimate['value']:,.1f} {unit} {ci}".strip()
+
+
+def format_observed(slo: dict[str, Any]) -> str:
+    """An SLO's observed statistic with its CI in the metric's unit."""
     observed = slo["observed"]
-    if slo["metric"] == "error_rate":
-        fmt = (lambda v: f"{v * 100:.2f}%")  # noqa: E731
-    elif slo["metric"].endswith("throughput"):
-        fmt = (lambda v: f"{v:,.1f}")  # noqa: E731
-    else:
-        fmt = format_duration_s
     if observed["value"] is None:
         return "insufficient data"
-    return f"{fmt(observed['value'])} {_interval(observed, fmt)}".strip()
+    fmt = metric_formatter(slo["metric"])
+    unit = _RATE_UNITS.get(slo["metric"], "")
+    return f"{fmt(observed['value'])}{unit} {format_interval(observed, fmt)}".strip()
+
+
+def format_threshold(slo: dict[str, Any]) -> str:
+    """`< 2.00s`, `< 1.00%`, `> 100.0 tok/s`: comparator and threshold in the metric's unit."""
+    fmt = metric_formatter(slo["metric"])
+    return f"{slo['comparator']} {fmt(slo['threshold'])}{_RATE_UNITS.get(slo['metric'], '')}"
+
+
+def slo_name(slo: dict[str, Any]) -> str:
+    """`ttft p95`, `error_rate`, `output_throughput mean`: what the SLO constrains."""
+    if slo["statistic"] == "rate":
+        return slo["metric"]
+    return f"{slo['metric']} {slo['statistic']}"
+
+
+def slo_label(slo: dict[str, Any]) -> str:
+    """`ttft p95 < 2s`: the SLO as the scenario wrote it, with its metric."""
+    return f"{slo['metric']} {slo['text'].strip()}"
+
+
+def verdict_counts(summary: dict[str, Any]) -> str:
+    """`4 SLOs: 2 PASS, 1 FAIL, 1 INCONCLUSIVE` (verdicts that occur, in that order)."""
+    slos = summary["slos"]
+    if not slos:
+        return "no SLOs declared"
+    counts = [f"{sum(s['verdict'] == v for s in slos)} {v}"
+              for v in ("PASS", "FAIL", "INCONCLUSIVE") if any(s["verdict"] == v for s in slos)]
+    noun = "SLO" if len(slos) == 1 else "SLOs"
+    return f"{len(slos)} {noun}: {', '.join(counts)}"
+
+
+def requests_line(summary: dict[str, Any]) -> str:
+    requests = summary["requests"]
+    throughput = summary["throughput"]
+    return (f"requests {requests['measured']} (ok {requests['ok']}, failed {requests['failed']}) "
+            f"in {summary['window_s']:.0f}s · "
+            f"{format_rate(throughput['output_tokens_per_s'], 'output tok/s')} · "
+            f"{format_rate(throughput['requests_per_s'], 'req/s')}")
 
 
 def render_table(summary: dict[str, Any]) -> str:
@@ -42,28 +115,102 @@ def render_table(summary: dict[str, Any]) -> str:
     rows = [columns]
     for name, metric in summary["metrics"].items():
         p = metric["percentiles"]
-        rows.append([name, str(metric["count"]), _latency(metric["mean"]),
-                     *(_latency(p[k]) for k in ("p50", "p90", "p95", "p99"))])
+        rows.append([name, str(metric["count"]), format_latency(metric["mean"]),
+                     *(format_latency(p[k]) for k in ("p50", "p90", "p95", "p99"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(width) if i else cell.ljust(width)
                        for i, (cell, width) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    requests = summary["requests"]
-    throughput = summary["throughput"]
     lines.append("")
-    lines.append(
-        f"requests {requests['measured']} (ok {requests['ok']}, failed {requests['failed']}) "
-        f"in {summary['window_s']:.0f}s · "
-        f"{_rate(throughput['output_tokens_per_s']['value'], 'output tok/s')} · "
-        f"{_rate(throughput['requests_per_s']['value'], 'req/s')}")
+    lines.append(requests_line(summary))
     if summary["slos"]:
         lines.append("")
+        width = max(len(slo_label(slo)) for slo in summary["slos"])
         for slo in summary["slos"]:
-            lines.append(f"{slo['verdict']:<12} {slo['metric']} {slo['text']:<14} "
-                         f"observed {_observed(slo)}")
+            lines.append(f"{slo['verdict']:<12} {slo_label(slo):<{width}}  "
+                         f"observed {format_observed(slo)}")
     for reason in summary["invalid_reasons"]:
         lines.append(f"INVALID      {reason}")
     for warning in summary["warnings"]:
         lines.append(f"warning: {warning}")
+    lines.append("")
+    lines.append(f"outcome {outcome(summary)} ({verdict_counts(summary)}; "
+                 f"exit code {summary['exit_code']})")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# secrets: nothing that looks like a credential reaches an output file
+
+REDACTED = "***"
+# "token" but not "tokens"/"tokenizer" (max_tokens, max-num-batched-tokens are settings)
+SECRET_NAME = re.compile(r"(?i)(key|token(?!s|izer)|secret|passw(or)?d|auth|credential)")
+_NAMES_A_VARIABLE = re.compile(r"(?i)_env$")  # api_key_env holds a variable's name
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
+_PLAIN_LITERAL = re.compile(
+    r"^(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|true|false|null|none)?$", re.IGNORECASE)
+
+
+def _redact_value(value: str) -> str:
+    """A command-line value under a secret-looking name: numbers and booleans are settings
+    (`--max-num-batched-tokens 2048`), anything else is hidden."""
+    return value if _PLAIN_LITERAL.match(value.strip()) else REDACTED
+
+
+def redact_text(text: str) -> str:
+    """Credentials inside free text: `scheme://user:pass@` and `Bearer <token>`."""
+    return _BEARER.sub(rf"\1 {REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", text))
+
+
+def _redact_argv(items: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    hide_next = False
+    for item in items:
+        if not isinstance(item, str):
+            out.append(redact_secrets(item))
+            hide_next = False
+            continue
+        if hide_next:
+            out.append(_redact_value(item))
+            hide_next = False
+            continue
+        name, sep, value = item.partition("=")
+        if sep and SECRET_NAME.search(name):  # NAME=value, --api-key=value, a.b.TOKEN=value
+            out.append(f"{name}={_redact_value(value)}")
+        else:
+            out.append(redact_text(item))
+            hide_next = item.startswith("-") and not sep and bool(SECRET_NAME.search(item))
+    return out
+
+
+def redact_secrets(value: Any) -> Any:
+    """A copy of a JSON-like value with credentials removed, for every output file.
+
+    - a mapping entry whose key matches `SECRET_NAME` (key, token — not tokens/tokenizer —,
+      secret, password, passwd, auth, credential; any case) has its non-empty string value(s)
+      replaced by `***`; numbers and booleans under such keys are settings and kept, nested
+      mappings are searched; keys ending in `_env` (`api_key_env`) name a variable and are kept;
+    - in lists of strings (argv, command lines) the value of `--flag value` and `NAME=value`
+      whose name matches is replaced unless it is a plain number or boolean;
+    - in every string, `scheme://user:pass@` and `Bearer <token>` lose their credential.
+    """
+    if isinstance(value, dict):
+        redacted = {}
+        for key, item in value.items():
+            secret = (isinstance(key, str) and bool(SECRET_NAME.search(key))
+                      and not _NAMES_A_VARIABLE.search(key))
+            if secret and isinstance(item, str):
+                redacted[key] = REDACTED if item else item
+            elif secret and isinstance(item, list):
+                redacted[key] = [(REDACTED if x else x) if isinstance(x, str)
+                                 else redact_secrets(x) for x in item]
+            else:
+                redacted[key] = redact_secrets(item)
+        return redacted
+    if isinstance(value, list | tuple):
+        return _redact_argv(list(value))
+    if isinstance(value, str):
+        return redact_text(value)
+    return value

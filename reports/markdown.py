@@ -1,0 +1,86 @@
+"""summary.md: a short Markdown digest of summary.json (verdicts, then the latency summary),
+written into the run folder and appended to `$GITHUB_STEP_SUMMARY` when that is set.
+
+Markdown renderers (GitHub's included) accept inline HTML, so every piece of text that did not
+come from our own number formatting is escaped: HTML metacharacters become entities and
+Markdown metacharacters are backslash-escaped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from reports.text import (
+    format_latency,
+    format_observed,
+    format_threshold,
+    outcome,
+    redact_text,
+    requests_line,
+    slo_name,
+    verdict_counts,
+)
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+
+
+def escape(text: str) -> str:
+    """Plain text for a Markdown table cell or line: no HTML, no Markdown syntax, one line."""
+    text = " ".join(str(text).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def cell(text: str) -> str:
+    """Our own formatted text (numbers, units, metric names) in a table cell: only `|`."""
+    return text.replace("|", "\\|")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    verdict = outcome(summary)
+    lines = [f"### vllm-slo · {escape(summary['scenario']['name'])}: **{verdict}**", "",
+             f"Run {escape(summary['run_id'])} · {verdict_counts(summary)} · "
+             f"exit code {summary['exit_code']}", ""]
+    if summary["invalid_reasons"]:
+        for reason in summary["invalid_reasons"]:
+            lines.append(f"- **measurement invalid:** {escape(redact_text(reason))}")
+        lines.append("")
+    if summary["slos"]:
+        lines.append(_row(["verdict", "SLO", "threshold", "observed [95% CI]"]))
+        lines.append(_row(["---"] * 4))
+        for slo in summary["slos"]:
+            shown = f"**{slo['verdict']}**" if slo["verdict"] != "PASS" else slo["verdict"]
+            lines.append(_row([shown, cell(slo_name(slo)), cell(format_threshold(slo)),
+                               cell(format_observed(slo))]))
+        lines.append("")
+    lines.append(_row(["metric", "count", "mean", "p50", "p95", "p99"]))
+    lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
+    for name, metric in summary["metrics"].items():
+        p = metric["percentiles"]
+        lines.append(_row([name, str(metric["count"]), format_latency(metric["mean"]),
+                           *(format_latency(p[k]) for k in ("p50", "p95", "p99"))]))
+    lines.append("")
+    lines.append(cell(requests_line(summary)))
+    if summary["warnings"]:
+        lines.append("")
+        lines.extend(f"- warning: {escape(redact_text(w))}" for w in summary["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(markdown: str, environ: dict[str, str] | None = None) -> Path | None:
+    """Append to the file named by $GITHUB_STEP_SUMMARY (GitHub Actions), if set."""
+    target = (os.environ if environ is None else environ).get(STEP_SUMMARY_ENV)
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a", encoding="utf-8") as sink:
+        sink.write(markdown + "\n")
+    return path

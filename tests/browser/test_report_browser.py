@@ -1,0 +1,192 @@
+"""The report in a real browser: headless Debian Chromium opens report.html from file://, with
+no network. Asserts no console errors, every plot rendered (a Plotly SVG with non-zero size and
+drawn traces), the verdict table first, nothing injected executes, and saves a full-page PNG
+screenshot into the run folder (report.png, path printed) as a CI artefact.
+
+Chromium: /usr/bin/chromium + /usr/bin/chromedriver (Debian `chromium`, `chromium-driver`;
+`.ci/run` installs them), or CHROMIUM_BIN / CHROMEDRIVER_BIN. Without them the tests skip,
+unless VLLM_SLO_REQUIRE_BROWSER is set (CI), where they fail. The synthetic run folders are
+written under VLLM_SLO_ARTIFACTS_DIR (default: runs/browser/ in the repository, git-ignored).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reports.run_report import RenderedRun, render_run
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("CHROMIUM_BIN") or "/usr/bin/chromium"
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN") or "/usr/bin/chromedriver"
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+# Recorded before any page script runs: a call means injected code executed.
+TRAP = """
+window.__calls = [];
+['alert', 'confirm', 'prompt'].forEach(function (name) {
+  window[name] = function (message) { window.__calls.push(name + ':' + String(message)); };
+});
+"""
+
+
+def load_synthesis() -> ModuleType:
+    if "report_render" in sys.modules:
+        return sys.modules["report_render"]
+    spec = importlib.util.spec_from_file_location("report_render",
+                                                  REPO / "benchmarks" / "report_render.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _missing() -> list[str]:
+    return [path for path in (CHROMIUM, CHROMEDRIVER)
+            if not (Path(path).is_file() or shutil.which(path))]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    missing = _missing()
+    if missing:
+        message = (f"Chromium not installed ({', '.join(missing)} missing): apt-get install "
+                   f"chromium chromium-driver, or set CHROMIUM_BIN / CHROMEDRIVER_BIN")
+        if os.environ.get("VLLM_SLO_REQUIRE_BROWSER"):
+            pytest.fail(f"VLLM_SLO_REQUIRE_BROWSER is set but {message}")
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which(CHROMIUM) or CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1400,1000",
+                     "--allow-file-access-from-files"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("unhandledPromptBehavior", "ignore")
+    driver = webdriver.Chrome(service=Service(shutil.which(CHROMEDRIVER) or CHROMEDRIVER),
+                              options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": TRAP})
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
+
+
+def artefacts_dir() -> Path:
+    root = Path(os.environ.get("VLLM_SLO_ARTIFACTS_DIR") or REPO / "runs" / "browser")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def synthetic_run(name: str, *, description: str = "", error_texts=None) -> RenderedRun:
+    synthesis = load_synthesis()
+    kwargs = {} if error_texts is None else {"error_texts": error_texts}
+    table = synthesis.synthetic_table(3000, chunks=16, warmup_s=5.0, duration_s=40.0,
+                                      failure_fraction=0.02, seed=11, **kwargs)
+    scenario = synthesis.scenario_document("browser", duration_s=40.0, warmup_s=5.0,
+                                           description=description)
+    run_dir = artefacts_dir() / f"{stamp()}-{name}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    synthesis.write_run_folder(run_dir, table, scenario,
+                               server_records=synthesis.synthetic_server_records(45.0))
+    return render_run(run_dir)
+
+
+def open_report(driver, rendered: RenderedRun) -> None:
+    driver.get(rendered.report_path.resolve().as_uri())
+    deadline = time.monotonic() + 60
+    script = ("return Array.from(document.querySelectorAll('[data-plot]'))"
+              ".every(function (e) { return e.querySelector('.main-svg') !== null; });")
+    while not driver.execute_script(script):
+        assert time.monotonic() < deadline, "plots did not render within 60 s"
+        time.sleep(0.2)
+
+
+def severe_console_entries(driver) -> list[dict]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def plot_facts(driver) -> list[dict]:
+    return driver.execute_script("""
+        return Array.from(document.querySelectorAll('[data-plot]')).map(function (e) {
+          var svg = e.querySelector('.main-svg'), box = svg ? svg.getBoundingClientRect() : null;
+          return {id: e.id, title: e.dataset.plot, width: box ? box.width : 0,
+                  height: box ? box.height : 0,
+                  traces: e.querySelectorAll('.scatterlayer .trace, .barlayer .trace').length,
+                  drawn: e.querySelectorAll('.scatterlayer path.js-line, .scatterlayer path.point,'
+                                            + ' .barlayer path').length};
+        });""")
+
+
+def save_screenshot(driver, rendered: RenderedRun) -> Path:
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1400, min(int(height) + 40, 16000))
+    path = rendered.report_path.parent / "report.png"
+    assert driver.save_screenshot(str(path)), "screenshot failed"
+    driver.set_window_size(1400, 1000)
+    print(f"\nscreenshot: {path}")
+    return path
+
+
+def test_report_renders_in_chromium(browser) -> None:
+    rendered = synthetic_run("browser-synthetic")
+    open_report(browser, rendered)
+    assert severe_console_entries(browser) == []
+    facts = plot_facts(browser)
+    assert [f["id"] for f in facts] == ["fig-ecdf", "fig-timeline", "fig-throughput",
+                                        "fig-server", "fig-health"]
+    for fact in facts:
+        assert fact["width"] > 300 and fact["height"] > 300, fact
+        assert fact["traces"] > 0 and fact["drawn"] > 0, fact
+    # the verdict table comes first, one row per SLO with its verdict
+    first_section = browser.execute_script(
+        "return document.querySelector('main section').id")
+    assert first_section == "verdicts"
+    cells = browser.execute_script("""
+        return Array.from(document.querySelectorAll('#verdict-table tr')).slice(1)
+          .map(function (r) { return r.cells[0].innerText.trim(); });""")
+    assert cells == [s["verdict"] for s in rendered.summary["slos"]]
+    assert browser.execute_script("return window.__calls") == []
+    screenshot = save_screenshot(browser, rendered)
+    assert screenshot.stat().st_size > 50_000
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_injected_markup_is_shown_as_text_and_never_runs(browser) -> None:
+    rendered = synthetic_run(f"browser-xss-{IMG}", description=f"{SCRIPT} {IMG}",
+                             error_texts=(f"{SCRIPT}: boom", f"HTTP 500: {IMG}"))
+    open_report(browser, rendered)
+    from selenium.common.exceptions import NoAlertPresentException
+
+    with pytest.raises(NoAlertPresentException):
+        _ = browser.switch_to.alert.text  # no native dialog open either
+    assert browser.execute_script("return window.__calls") == []  # no alert/confirm/prompt
+    assert severe_console_entries(browser) == []  # an injected <img src=x> would 404 here
+    assert browser.execute_script("return document.images.length") == 0
+    scripts = browser.execute_script(
+        "return Array.from(document.scripts).filter(function (s) {"
+        "  return s.type !== 'application/json' && s.text.indexOf('alert(1)') >= 0; }).length")
+    assert scripts == 0
+    text = browser.execute_script("return document.body.innerText")
+    assert f"{SCRIPT} {IMG}" in text  # the description, literally
+    assert f"{SCRIPT}: boom" in text and f"HTTP 500: {IMG}" in text  # error examples
+    assert IMG in browser.title  # the run folder's name
+    save_screenshot(browser, rendered)

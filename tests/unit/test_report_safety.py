@@ -1,0 +1,137 @@
+"""Safe to open: every text shown is escaped, Plotly JSON cannot break out of its <script>, and
+no credential reaches an output file. (The browser proves nothing executes:
+tests/browser/test_report_browser.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_report_outputs import synthesis
+
+from reports.html import script_json
+from reports.run_report import render_run
+from reports.text import REDACTED, redact_secrets, redact_text
+
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+SECRETS = ("hf_SECRETvalue123", "sk-SECRETkey456", "s3cr3t-pass", "Zm9vOmJhcg-bearer")
+
+
+def hostile_run(root: Path) -> Path:
+    """Error texts, the scenario description, the run folder's name, provenance and /metrics
+    label values carry markup; provenance and scenario carry credentials."""
+    errors = (f"{SCRIPT}: boom", f"HTTP 500: {IMG}", f"SSE error event: {SCRIPT}{IMG}")
+    table = synthesis.synthetic_table(600, chunks=6, warmup_s=2.0, duration_s=20.0,
+                                      failure_fraction=0.05, error_texts=errors, seed=5)
+    scenario = synthesis.scenario_document(
+        "hostile", duration_s=20.0, warmup_s=2.0, description=f"{SCRIPT} and {IMG}")
+    scenario["server"]["env"] = {"HF_TOKEN": SECRETS[0], "OPENAI_API_KEY": SECRETS[1],
+                                 "VLLM_LOGGING_LEVEL": "INFO"}
+    provenance = synthesis.synthetic_provenance()
+    provenance["command_line"] = ["vllm-slo", "run", "scenario=hostile",
+                                  f"server.env.HF_TOKEN={SECRETS[0]}"]
+    provenance["launch"]["argv"] += ["--api-key", SECRETS[1]]
+    provenance["launch"]["env_overrides"]["DB_PASSWORD"] = SECRETS[2]
+    provenance["server_url"] = f"http://user:{SECRETS[2]}@127.0.0.1:8000"
+    provenance["note"] = f"Authorization: Bearer {SECRETS[3]} {SCRIPT}"
+    records = synthesis.synthetic_server_records(22.0)
+    for record in records:
+        record["values"][f'vllm:num_requests_running{{engine="{IMG}"}}'] = 1.0
+    return synthesis.write_run_folder(root / f"20270115T120000Z-hostile-{IMG}", table, scenario,
+                                      provenance=provenance, server_records=records)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory):
+    return render_run(hostile_run(tmp_path_factory.mktemp("hostile")))
+
+
+def _outputs(result) -> dict[str, str]:
+    return {path.name: path.read_text(encoding="utf-8")
+            for path in (result.report_path, result.summary_path, result.junit_path,
+                         result.markdown_path)}
+
+
+def test_markup_in_data_is_escaped_in_the_html(hostile) -> None:
+    html = hostile.report_path.read_text(encoding="utf-8")
+    # the only <script> elements are ours: plotly.js, the JSON specs and the loader
+    opening = re.findall(r"<script[^>]*>", html)
+    assert set(opening) <= {"<script>", '<script type="application/json" id="fig-ecdf-spec">',
+                            *(f'<script type="application/json" id="fig-{n}-spec">'
+                              for n in ("timeline", "throughput", "server", "health"))}
+    assert "alert(1)</script>" not in html
+    assert "<img" not in html
+    assert "onerror=alert(1)>" not in html.replace("\\u003e", "")  # only escaped forms
+    escaped_script = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    escaped_img = "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"
+    assert html.count(escaped_script) >= 3  # description, error kind, error example
+    assert escaped_img in html  # run id in title/header, description, error text
+
+
+def test_plotly_json_is_escaped_inside_script_elements(hostile) -> None:
+    html = hostile.report_path.read_text(encoding="utf-8")
+    specs = re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', html,
+                       flags=re.S)
+    assert len(specs) == 5
+    for spec in specs:
+        assert "<" not in spec and ">" not in spec and "&" not in spec
+        parsed = json.loads(spec)  # \u escapes are plain JSON: the data comes back unchanged
+        assert set(parsed) >= {"data", "layout"}
+
+
+def test_script_json_escapes_everything_that_could_end_the_element() -> None:
+    payload = json.dumps({"name": "</script><script>alert(1)</script><!--", "x": "a&b",
+                          "ls": "\u2028\u2029"})
+    escaped = str(script_json(payload))
+    for forbidden in ("<", ">", "&", "\u2028", "\u2029"):
+        assert forbidden not in escaped
+    assert json.loads(escaped) == json.loads(payload)
+
+
+def test_no_credential_in_any_output_file(hostile) -> None:
+    for name, text in _outputs(hostile).items():
+        for secret in SECRETS:
+            assert secret not in text, (name, secret)
+    provenance = hostile.summary["provenance"]
+    assert provenance["launch"]["env_overrides"]["DB_PASSWORD"] == REDACTED
+    assert provenance["launch"]["env_overrides"]["VLLM_NO_USAGE_STATS"] == "1"
+    assert provenance["command_line"][-1] == f"server.env.HF_TOKEN={REDACTED}"
+    assert hostile.summary["scenario"]["server"]["env"] == {
+        "HF_TOKEN": REDACTED, "OPENAI_API_KEY": REDACTED, "VLLM_LOGGING_LEVEL": "INFO"}
+    # settings whose names merely contain "tokens" survive
+    assert "--max-num-batched-tokens 2048" in hostile.report_path.read_text(encoding="utf-8")
+
+
+def test_markdown_and_junit_carry_no_markup(hostile) -> None:
+    outputs = _outputs(hostile)
+    assert "<img" not in outputs["summary.md"] and "<script" not in outputs["summary.md"]
+    assert "&lt;img src=x onerror=alert\\(1\\)&gt;" in outputs["summary.md"]  # run id, escaped
+    assert "<img" not in outputs["junit.xml"] and "<script" not in outputs["junit.xml"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ({"HF_TOKEN": "hf_x", "max_tokens": 64, "max-num-batched-tokens": 2048,
+      "tokenizer": "/models/tok", "api_key_env": "MY_KEY", "password": ""},
+     {"HF_TOKEN": REDACTED, "max_tokens": 64, "max-num-batched-tokens": 2048,
+      "tokenizer": "/models/tok", "api_key_env": "MY_KEY", "password": ""}),
+    ({"nested": {"AWS_SECRET_ACCESS_KEY": "abc", "TOKENIZERS_PARALLELISM": "false"}},
+     {"nested": {"AWS_SECRET_ACCESS_KEY": REDACTED, "TOKENIZERS_PARALLELISM": "false"}}),
+    (["serve", "--api-key", "sk-1", "--max-num-batched-tokens", "2048", "--auth=xyz",
+      "server.env.VLLM_API_KEY=sk-2", "traffic.chat.max_tokens=64"],
+     ["serve", "--api-key", REDACTED, "--max-num-batched-tokens", "2048", f"--auth={REDACTED}",
+      f"server.env.VLLM_API_KEY={REDACTED}", "traffic.chat.max_tokens=64"]),
+    ({"credentials": ["a", "b"], "Authorization": "Bearer abc"},
+     {"credentials": [REDACTED, REDACTED], "Authorization": REDACTED}),
+])
+def test_redaction_rule(value, expected) -> None:
+    assert redact_secrets(value) == expected
+
+
+def test_redaction_in_free_text() -> None:
+    assert redact_text("https://bob:pw@host/x and http://host/y") == (
+        f"https://{REDACTED}@host/x and http://host/y")
+    assert redact_text("header Authorization: Bearer abc.def-ghi, next") == (
+        f"header Authorization: Bearer {REDACTED}, next")
