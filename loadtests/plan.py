@@ -404,18 +404,17 @@ def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | 
             per_entry.append((entry, ["malformed"]))
             continue
         messages = [_Message(role, text) for role, text in item.turns]
-        counted.extend(messages)
         requests: list[tuple[_Candidate, _Message] | str] = []
-        for i, message in enumerate(messages):
-            if message.role != "user":
-                continue
+        human_turns = [i for i, message in enumerate(messages) if message.role == "user"]
+        if not spec.all_turns:
+            human_turns = human_turns[:1]
+        counted.extend(messages[: human_turns[-1] + 2])  # only what the requests hold
+        for turn, i in enumerate(human_turns):
             if i + 1 < len(messages) and messages[i + 1].role == "assistant":
-                requests.append((_Candidate(first_id + offset, i, messages[: i + 1], 0),
+                requests.append((_Candidate(first_id + offset, turn, messages[: i + 1], 0),
                                  messages[i + 1]))
             else:
                 requests.append("no_reply")
-            if not spec.all_turns:
-                break
         per_entry.append((entry, requests))
     _count(counted, counter)
     candidates: list[_Candidate] = []
