@@ -1,0 +1,70 @@
+"""End-to-end A/B/A with real vLLM (CPU build): a config with a large real effect
+(`max-num-seqs` 2 vs the default 128 under 12 concurrent users) is detected as significant, and
+the same config on fresh server instances (A/A) is not. Each trial is its own server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import requires_vllm, run_cli
+
+pytestmark = [pytest.mark.integration, requires_vllm]
+
+TRIALS = 5  # 5 vs 5 with 3 cells: smallest Holm-adjusted p = 3 × 0.0079 = 0.024 < 0.05
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory):
+    runs = tmp_path_factory.mktemp("ab")
+    return run_cli([
+        "run", "scenario=chat", f"trials={TRIALS}",
+        "variants={base: {}, again: {}, narrow: {server: {args: {max-num-seqs: 2}}}}",
+        "traffic.duration=5s", "traffic.warmup=1s", "traffic.arrival.users=12",
+        "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
+        "traffic.chat.turns=1", "traffic.chat.output_tokens=16",
+        "compare.cells=[ttft.p50, e2e.p50, output_throughput.mean]",
+        "slo={ttft: [\"p50 < 60s\"]}"], runs, timeout_s=1800)
+
+
+def comparison(summary: dict, candidate: str) -> dict[str, dict]:
+    family = next(c for c in summary["comparisons"] if c["candidate"] == candidate)
+    return {cell["cell"]: cell for cell in family["cells"]}
+
+
+def test_every_trial_ran_on_its_own_server_in_interleaved_order(experiment) -> None:
+    summary = experiment.json("summary.json")
+    assert experiment.returncode == 0, experiment.output
+    order = [o["variant"] for o in summary["order"]]
+    assert order[:6] == ["base", "again", "narrow", "narrow", "again", "base"]
+    pids = set()
+    plan_hashes = set()
+    for folder in sorted((experiment.run_dir / "trials").iterdir()):
+        provenance = json.loads((folder / "provenance.json").read_text())
+        pids.add(provenance["server_pid"])
+        plan_hashes.add(provenance["plan"]["sha256"])
+    assert len(pids) == 3 * TRIALS  # a fresh server instance per trial
+    assert len(plan_hashes) == 1  # identical prompt sequences in every trial and variant
+    narrow_args = summary["variants"]["narrow"]["server_args"]
+    assert narrow_args["max-num-seqs"] == 2
+
+
+def test_large_real_effect_is_significant(experiment) -> None:
+    cells = comparison(experiment.json("summary.json"), "narrow")
+    ttft = cells["ttft.p50"]
+    assert ttft["significant"], ttft
+    assert ttft["ratio"]["value"] > 1.5  # 2 running of 12: the rest queue before prefill
+
+
+def test_same_config_on_fresh_instances_is_not_significant(experiment) -> None:
+    cells = comparison(experiment.json("summary.json"), "again")
+    assert not any(cell["significant"] for cell in cells.values()), cells
+
+
+def test_report_and_text(experiment, tmp_path: Path) -> None:
+    assert (experiment.run_dir / "report.html").stat().st_size > 100_000
+    assert "vs base" in experiment.output and "~" in experiment.output
+    rerendered = run_cli(["report", str(experiment.run_dir)], tmp_path)
+    assert rerendered.returncode == 0, rerendered.output
