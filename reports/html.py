@@ -103,6 +103,7 @@ class ErrorRow:
 
 @dataclass(frozen=True, slots=True)
 class HealthView:
+    load: list[tuple[str, str]]  # how the load was applied (summary.json "traffic"), or []
     send_lag: list[tuple[str, str]]
     chunks: list[tuple[str, str]]
     errors: list[ErrorRow]
@@ -211,6 +212,40 @@ def _percentile_rows(values: np.ndarray, fmt, percentiles: Sequence[float]
     return [*rows, ("max", fmt(float(values.max()))), ("requests", f"{values.size:,}")]
 
 
+def load_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """How the load was actually applied, from summary.json's optional "traffic" facts."""
+    traffic = summary.get("traffic")
+    if not traffic:
+        return []
+    rows = [("profile / endpoint", f"{traffic.get('profile')} / {traffic.get('endpoint')}")]
+    arrival = str(traffic.get("arrival"))
+    if traffic.get("intended_rate_per_s") is not None:
+        arrival += f" at {traffic['intended_rate_per_s']:g} req/s intended"
+    rows.append(("arrival", arrival))
+    if traffic.get("sent_per_s") is not None:
+        rows.append(("sent (measured window)", f"{traffic['sent_per_s']:.2f} req/s"))
+    if traffic.get("client_send_lag_p99_s") is not None:
+        rows.append(("client send lag p99 (not queued)",
+                     format_duration_s(traffic["client_send_lag_p99_s"])))
+    queued = traffic.get("queued_for_slot")
+    if queued is not None:
+        measured = summary["requests"]["measured"]
+        share = f" ({queued / measured:.1%})" if measured else ""
+        rows.append(("waited for an in-flight slot", f"{queued:,}{share}"))
+    if traffic.get("reused_prompts"):
+        rows.append(("prompts reused (plan cycled)", f"{traffic['reused_prompts']:,}"))
+    plan = traffic.get("plan")
+    if isinstance(plan, dict):
+        rows.append(("request plan", ", ".join(f"{k} {v}" for k, v in plan.items()
+                                               if k in ("requests", "trimmed", "rejected",
+                                                        "filtered"))))
+    if traffic.get("prefix_cache_reset") is not None:
+        rows.append(("prefix cache before the run", str(traffic["prefix_cache_reset"])))
+    if traffic.get("prefix_cache_hit_rate") is not None:
+        rows.append(("prefix-cache hit rate (run)", f"{traffic['prefix_cache_hit_rate']:.1%}"))
+    return [(key, redact_text(value)) for key, value in rows]
+
+
 def error_rows(summary: Mapping[str, Any], table: pa.Table) -> list[ErrorRow]:
     """Failed measured requests by kind (summary.json's counts), with their status codes and
     the first error text of each kind (redacted, truncated; escaped by the template)."""
@@ -280,6 +315,7 @@ def build_view(summary: dict[str, Any], series: RunSeries, table: pa.Table,
                      f"late; open-loop TTFT includes this lag (it is measured from the "
                      f"intended send time).")
     health_view = HealthView(
+        load=load_rows(summary),
         send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
         chunks=chunk_rows, errors=error_rows(summary, table),
         figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),

@@ -188,3 +188,21 @@ def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
         assert spec["data"], figure.element_id
     assert [row.verdict for row in view.slo_rows] == [s["verdict"] for s in result.summary["slos"]]
     assert view.outcome == "FAIL" and view.outcome_class == "fail"
+
+
+def test_load_rows_from_the_traffic_facts() -> None:
+    from reports.html import load_rows
+
+    assert load_rows({"requests": {"measured": 0}}) == []
+    summary = {"requests": {"measured": 200}, "traffic": {
+        "profile": "chat", "endpoint": "chat", "arrival": "poisson", "intended_rate_per_s": 4.0,
+        "sent_per_s": 3.95, "client_send_lag_p99_s": 0.0021, "queued_for_slot": 10,
+        "reused_prompts": 0, "plan": {"requests": 300, "sha256": "ab", "trimmed": 2,
+                                      "rejected": 0, "filtered": 1},
+        "prefix_cache_reset": "reset", "prefix_cache_hit_rate": 0.5}}
+    assert load_rows(summary) == [
+        ("profile / endpoint", "chat / chat"), ("arrival", "poisson at 4 req/s intended"),
+        ("sent (measured window)", "3.95 req/s"), ("client send lag p99 (not queued)", "2.1ms"),
+        ("waited for an in-flight slot", "10 (5.0%)"),
+        ("request plan", "requests 300, trimmed 2, rejected 0, filtered 1"),
+        ("prefix cache before the run", "reset"), ("prefix-cache hit rate (run)", "50.0%")]
