@@ -236,9 +236,9 @@ def load_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("prompts reused (plan cycled)", f"{traffic['reused_prompts']:,}"))
     plan = traffic.get("plan")
     if isinstance(plan, dict):
-        rows.append(("request plan", ", ".join(f"{k} {v}" for k, v in plan.items()
-                                               if k in ("requests", "trimmed", "rejected",
-                                                        "filtered"))))
+        facts = [f"{k} {v}" for k, v in plan.items()
+                 if k in ("requests", "trimmed", "rejected", "filtered") and v not in ({}, [])]
+        rows.append(("request plan", ", ".join(facts)))
     if traffic.get("prefix_cache_reset") is not None:
         rows.append(("prefix cache before the run", str(traffic["prefix_cache_reset"])))
     if traffic.get("prefix_cache_hit_rate") is not None:
