@@ -16,7 +16,6 @@ import os
 import shutil
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 
@@ -91,10 +90,6 @@ def artefacts_dir() -> Path:
     return root
 
 
-def stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
 def synthetic_run(name: str, *, description: str = "", error_texts=None) -> RenderedRun:
     synthesis = load_synthesis()
     kwargs = {} if error_texts is None else {"error_texts": error_texts}
@@ -102,7 +97,7 @@ def synthetic_run(name: str, *, description: str = "", error_texts=None) -> Rend
                                       failure_fraction=0.02, seed=11, **kwargs)
     scenario = synthesis.scenario_document("browser", duration_s=40.0, warmup_s=5.0,
                                            description=description)
-    run_dir = artefacts_dir() / f"{stamp()}-{name}"
+    run_dir = artefacts_dir() / name  # fixed name: each session replaces its predecessor
     if run_dir.exists():
         shutil.rmtree(run_dir)
     synthesis.write_run_folder(run_dir, table, scenario,
