@@ -37,7 +37,7 @@ from reports.figures import (
     throughput_figure,
     timeline_figure,
 )
-from reports.metrics import METRIC_TITLES, RunSeries, _error_kind
+from reports.metrics import METRIC_TITLES, RunSeries, error_kind
 from reports.text import (
     format_interval,
     format_latency,
@@ -260,7 +260,7 @@ def error_rows(summary: Mapping[str, Any], table: pa.Table) -> list[ErrorRow]:
     examples: dict[str, str] = {}
     for error, status in zip(measured_failed.column("error").to_pylist(),
                              measured_failed.column("status_code").to_pylist(), strict=True):
-        kind = _error_kind(error or "")
+        kind = error_kind(error or "")
         statuses[kind][status] += 1
         examples.setdefault(kind, error or "")
     rows = []

@@ -88,9 +88,22 @@ class RunSummary:
     warnings: tuple[str, ...]
 
 
-def _error_kind(text: str) -> str:
+def error_kind(text: str) -> str:
     head = text.split(":", 1)[0].strip()
     return head[:60] or "unknown"
+
+
+def pooled_gaps(offset_lists: pa.ListArray) -> np.ndarray:
+    """Gaps between successive chunk offsets within each request, pooled in row order
+    (vectorised over the flattened lists: a 100k-request run has ~6 M gaps)."""
+    flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    if flat.size < 2:
+        return np.empty(0)
+    bounds = offset_lists.offsets.to_numpy() - offset_lists.offsets[0].as_py()
+    keep = np.ones(flat.size - 1, dtype=bool)
+    starts = bounds[1:-1]
+    keep[starts[(starts > 0) & (starts < flat.size)] - 1] = False  # no gap across requests
+    return np.diff(flat)[keep]
 
 
 def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
@@ -115,10 +128,7 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot_all = (e2e_all - ttft_all) / (tokens_all - 1.0)
     tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
-    offsets = table.column("chunk_offsets_s").to_pylist()
-    gaps = [np.diff(np.asarray(offsets[i], dtype=np.float64))
-            for i in np.flatnonzero(good) if offsets[i] and len(offsets[i]) > 1]
-    itl = np.concatenate(gaps) if gaps else np.empty(0)
+    itl = pooled_gaps(table.column("chunk_offsets_s").combine_chunks().filter(pa.array(good)))
 
     intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
     window_start = float(intended[measured].min()) if measured.any() else None
@@ -137,7 +147,7 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     known = [i for i in plan_index if i is not None]
     reused = len(known) - len(set(known))
     errors = table.column("error").to_pylist()
-    kinds = Counter(_error_kind(errors[i] or "") for i in np.flatnonzero(measured & ~ok))
+    kinds = Counter(error_kind(errors[i] or "") for i in np.flatnonzero(measured & ~ok))
     return RunSeries(
         ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,

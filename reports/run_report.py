@@ -26,17 +26,15 @@ from reports.verdicts import choose_exit_code, evaluate_slos, invalid_measuremen
 from scenarios.errors import ScenarioError
 from scenarios.model import Scenario
 from scenarios.run_files import (
+    JUNIT_FILE,
     PROVENANCE_FILE,
     REPORT_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
     SUMMARY_FILE,
+    SUMMARY_MD_FILE,
 )
-
-JUNIT_FILE = "junit.xml"  # one testcase per SLO (reports/junit.py)
-SUMMARY_MD_FILE = "summary.md"  # short Markdown digest (reports/markdown.py)
-
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
 

@@ -112,9 +112,16 @@ def consolidate(run_dir: Path) -> pa.Table:
     return table
 
 
+def conform(table: pa.Table) -> pa.Table:
+    """A table in the current schema: columns added since it was written are null-filled."""
+    columns = [table.column(f.name) if f.name in table.column_names
+               else pa.nulls(table.num_rows, f.type) for f in SAMPLE_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=SAMPLE_SCHEMA) if columns else table
+
+
 def load_samples(run_dir: Path) -> pa.Table:
     """samples.parquet if consolidated, else whatever the streams hold."""
     parquet = run_dir / SAMPLES_FILE
     if parquet.is_file():
-        return pq.read_table(parquet).cast(SAMPLE_SCHEMA)
+        return conform(pq.read_table(parquet))
     return read_streams(stream_files(run_dir))

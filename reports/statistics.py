@@ -18,6 +18,7 @@ from enum import Enum
 from functools import lru_cache
 
 import numpy as np
+from scipy import fft as scipy_fft
 from scipy import special, stats
 
 __all__ = [
@@ -196,9 +197,9 @@ def _autocorrelation(x: np.ndarray) -> np.ndarray | None:
     """Sample autocorrelation at lags 0..n-1 (divisor n, FFT); None for a constant series."""
     n = x.size
     centered = x - x.mean()
-    size = 1 << (2 * n - 1).bit_length()
-    spectrum = np.fft.rfft(centered, size)
-    acov = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
+    size = scipy_fft.next_fast_len(2 * n - 1, real=True)
+    spectrum = scipy_fft.rfft(centered, size, workers=-1)
+    acov = scipy_fft.irfft(np.abs(spectrum) ** 2, size, workers=-1)[:n]
     if not acov[0] > 1e-12 * max(float(np.dot(x, x)), 1e-300) / n:
         return None
     return acov / acov[0]

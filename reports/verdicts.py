@@ -103,7 +103,8 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
                 basis = "no samples"
             else:
                 needs = "more" if rule.comparator[0] == "<" else "less"
-                basis = (f"{test.fraction_below:.1%} of {test.n} requests below the threshold "
+                unit = "gaps" if rule.metric == "itl" else "requests"
+                basis = (f"{test.fraction_below:.1%} of {test.n} {unit} below the threshold "
                          f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
                          f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
             results.append(SloResult(rule, observed, test.verdict, basis))

@@ -17,6 +17,7 @@ import yaml
 
 from reports.experiment import render_experiment
 from reports.run_report import INTERRUPTED_REASON
+from reports.text import redact_secrets
 from scenarios.errors import ExitCode
 from scenarios.loader import resolve_variants
 from scenarios.model import Scenario
@@ -44,7 +45,8 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
     if scenario.trials == 1 and list(arms) == [""]:
         return run_scenario(scenario, runs_root, say)
     run_dir = new_run_dir(runs_root, scenario.name)
-    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict(), sort_keys=False))
+    (run_dir / SCENARIO_FILE).write_text(
+        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     order = trial_order(list(arms), scenario.trials)
     sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
     say(f"experiment: {len(arms)} variant(s) × {scenario.trials} trial(s), order {sequence}")

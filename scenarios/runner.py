@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,13 +13,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
-from loadtests.plan import RequestPlan, build_plan, write_plan
-from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 
 from loadtests.arrivals import arrival_offsets_s
 from loadtests.http_stream import HttpStreamClient
+from loadtests.plan import RequestPlan, build_plan, write_plan
+from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from reports.run_report import RenderedRun, render_run
 from reports.samples import consolidate, read_streams, stream_files
+from reports.text import redact_secrets
 from scenarios.errors import ExitCode, ScenarioError
 from scenarios.locust_process import run_locust
 from scenarios.model import Scenario, TrafficSpec
@@ -137,7 +137,10 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
               ) -> tuple[ExitCode, RenderedRun]:
     """One full run in `run_dir`: server up, plan, cache reset, Locust, server down, report."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict(), sort_keys=False))
+    # secrets belong in the environment, referenced by name (server.api_key_env): values that
+    # look like credentials never reach a file
+    (run_dir / SCENARIO_FILE).write_text(
+        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     say(f"run folder: {run_dir}")
     spec, traffic = scenario.server, scenario.traffic
     platform = detect_platform() if spec.platform == "auto" else spec.platform
@@ -148,7 +151,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
         "suite_version": _version("vllm-slo"), "suite_git_commit": git_commit(REPO_ROOT),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
         "seed": traffic.seed, "started_utc": datetime.now(timezone.utc).isoformat(),
-        "command_line": redact_argv(sys.argv),
+        "command_line": redact_secrets(sys.argv),
     }
     model_path: str | None = None
     if spec.url is not None:
@@ -158,7 +161,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
         dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache == "reset" else {}
         server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
         model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
-        provenance["launch"] = redact_launch(server.plan.to_dict())
+        provenance["launch"] = redact_secrets(server.plan.to_dict())
         say(f"starting vLLM ({platform}): {' '.join(server.plan.argv)}")
     interactive = sys.stdout.isatty()
     try:
@@ -214,26 +217,3 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
     consolidate(run_dir)
     rendered = render_run(run_dir)
     return ExitCode(rendered.summary["exit_code"]), rendered
-
-
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|passwd|auth|credential)")
-
-
-def redact_launch(launch: dict[str, object]) -> dict[str, object]:
-    """No secret reaches an output file: env values whose names look secret are masked, and so
-    are values of flags like --api-key in the argv."""
-    env = {name: ("***" if _SECRET_NAME.search(name) else value)
-           for name, value in dict(launch.get("env_overrides", {})).items()}
-    return {**launch, "env_overrides": env, "argv": redact_argv(list(launch.get("argv", [])))}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    redacted = list(argv)
-    for index, item in enumerate(redacted):
-        name, sep, _ = item.partition("=")
-        if _SECRET_NAME.search(name.lstrip("-").split(".")[-1]):
-            if sep:
-                redacted[index] = f"{name}=***"
-            elif item.startswith("--") and index + 1 < len(redacted):
-                redacted[index + 1] = "***"
-    return redacted

@@ -1,0 +1,86 @@
+"""Each traffic profile end to end against one real vLLM (CPU build) server, attached by URL:
+the requests sent match the plan and the plan matches the configuration (token lengths by the
+model's own tokenizer, here through vLLM's /tokenize), and the same seed sends the same bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from scenarios.model import ServerSpec
+from servers.vllm_server import launch_vllm
+from tests.integration.conftest import requires_vllm, run_cli
+
+pytestmark = [pytest.mark.integration, requires_vllm]
+
+MAX_MODEL_LEN = 4096
+TEMPLATE_SLACK_TOKENS = 16  # chat template tokens per message (role tags, bos/eos)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    spec = ServerSpec(args={"max-model-len": MAX_MODEL_LEN, "max-num-batched-tokens": 2048,
+                            "block-size": 128})
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with launch_vllm(spec, "cpu", log, {"VLLM_SERVER_DEV_MODE": "1"}) as vllm:
+        yield vllm.base_url
+
+
+def attach(server: str, scenario: str, tmp_path: Path, *extra: str):
+    result = run_cli(["run", f"scenario={scenario}", f"server.url={server}",
+                      "traffic.duration=10s", "traffic.warmup=2s", *extra], tmp_path)
+    assert result.run_dir is not None, result.output
+    return result
+
+
+def rows(result) -> dict[str, list]:
+    return pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+
+
+def test_long_doc(server: str, tmp_path: Path) -> None:
+    result = attach(server, "long-doc", tmp_path, "traffic.long-doc.output_tokens=32",
+                    "traffic.arrival.rate=1")
+    assert result.returncode in (0, 1, 3), result.output
+    table = rows(result)
+    assert table["ok"] and all(table["ok"]), {e for e in table["error"] if e}
+    planned = np.asarray(table["prompt_tokens_planned"])
+    served = np.asarray(table["prompt_tokens"])
+    assert np.all(served >= planned)
+    assert np.all(served <= planned + 2 * TEMPLATE_SLACK_TOKENS)  # system-less: 1 message
+    # documents between min_doc_tokens and max-model-len - output - 64, plus the instruction
+    assert planned.min() >= 2000 and served.max() + 32 <= MAX_MODEL_LEN
+    assert set(table["output_tokens"]) == {32}
+    summary = result.json("summary.json")
+    assert summary["traffic"]["prefix_cache_reset"] == "reset"
+    assert summary["traffic"]["plan"]["tokenizer"].startswith("server /tokenize")
+    assert summary["traffic"]["intended_rate_per_s"] == 1
+
+
+def test_sharegpt_replays_all_turns_with_recorded_lengths(server: str, tmp_path: Path) -> None:
+    result = attach(server, "sharegpt", tmp_path, "traffic.arrival.rate=4")
+    table = rows(result)
+    assert all(table["ok"]), {e for e in table["error"] if e}
+    assert max(table["turn"]) >= 1  # later turns carry their real history
+    assert len(set(table["max_tokens"])) > 5  # output lengths from the recorded answers
+    assert table["output_tokens"] == table["max_tokens"]  # ignore_eos: exact lengths
+    plan = result.json("summary.json")["traffic"]["plan"]
+    assert sum(plan["filtered"].values()) > 0  # the shipped sample holds filtered entries
+    provenance = result.json("provenance.json")
+    assert provenance["plan"]["requests"] >= len(table["request_id"])
+
+
+def test_same_seed_sends_the_same_bytes(server: str, tmp_path: Path) -> None:
+    args = ("traffic.chat.turns=2", "traffic.duration=3s", "traffic.warmup=0s")
+    first = attach(server, "chat", tmp_path / "a", *args)
+    second = attach(server, "chat", tmp_path / "b", *args)
+    third = attach(server, "chat", tmp_path / "c", *args, "traffic.seed=8")
+    plans = [pq.read_table(r.run_dir / "requests.parquet") for r in (first, second, third)]
+    columns = [c for c in plans[0].column_names if c != "index"]
+    assert plans[0].select(columns).equals(plans[1].select(columns))
+    assert not plans[0].select(columns).equals(plans[2].select(columns))
+    hashes = [r.json("provenance.json")["plan"]["sha256"] for r in (first, second, third)]
+    assert hashes[0] == hashes[1] != hashes[2]
