@@ -129,7 +129,6 @@ class _Candidate:
 class _Tally:
     trimmed: int = 0
     rejected: int = 0
-    untrimmable: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 

@@ -3,11 +3,11 @@ from a fixed word vocabulary, the long-doc instructions, the ShareGPT reader, an
 of a chat history into a `/v1/completions` prompt.
 
 Texts are built from " word" pieces (long ones mostly from a fixed pool of 12-piece phrases,
-for speed). For byte-level BPE tokenizers (GPT-2, Llama 3, Qwen, the
-tiny model) and SentencePiece ones a space-led piece tokenizes the same wherever it stands, so
-per-piece token counts add up; they are measured once per tokenizer, texts are assembled to a
-target count, and the plan then verifies every final string with the real tokenizer and fixes
-up any text that misses (`WordTexts.adjust`). Changing the vocabulary changes every plan.
+for speed). For byte-level BPE tokenizers (GPT-2, Llama 3, Qwen, the tiny model) and
+SentencePiece ones a space-led piece tokenizes the same wherever it stands, so per-piece token
+counts add up; they are measured once per tokenizer, texts are assembled to a target count, and
+the plan then verifies every final string with the real tokenizer and fixes up any text that
+misses (`WordTexts.adjust`). Changing the vocabulary or the phrase pool changes every plan.
 """
 
 from __future__ import annotations
