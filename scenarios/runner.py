@@ -21,7 +21,7 @@ from loadtests.tokens import TokenCounter, local_token_counter, server_token_cou
 from reports.run_report import RenderedRun, render_run
 from reports.samples import consolidate, read_streams, stream_files
 from reports.text import redact_secrets
-from scenarios.errors import ExitCode, ScenarioError
+from scenarios.errors import ExitCode, ScenarioError, ServerError
 from scenarios.locust_process import run_locust
 from scenarios.model import Scenario, TrafficSpec
 from scenarios.run_files import (
@@ -39,6 +39,9 @@ from servers.vllm_server import REPO_ROOT, AttachedServer, launch_vllm
 
 Printer = Callable[[str], None]
 MAX_CLOSED_LOOP_PLAN = 20_000
+# a lower bound on one request's latency, to size closed-loop plans (a long document's prefill
+# and decode take far longer than a chat turn on any hardware)
+FASTEST_REQUEST_S = {"chat": 0.05, "sharegpt": 0.05, "long-doc": 0.5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +82,14 @@ def progress_line(run_dir: Path, elapsed_s: float, planned_s: float) -> str:
 
 
 def _token_counter(traffic: TrafficSpec, model_path: str | None, base_url: str,
-                   model_id: str) -> TokenCounter:
+                   model_id: str, api_key: str | None) -> TokenCounter:
     """The server model's own tokenizer: traffic.tokenizer, else the launched model's folder,
     else the server's /tokenize endpoint."""
     if traffic.tokenizer:
         return local_token_counter(traffic.tokenizer)
     if model_path and (Path(model_path) / "tokenizer.json").is_file():
         return local_token_counter(model_path)
-    return server_token_counter(base_url, model_id)
+    return server_token_counter(base_url, model_id, api_key)
 
 
 def planned_request_count(traffic: TrafficSpec) -> int:
@@ -97,16 +100,20 @@ def planned_request_count(traffic: TrafficSpec) -> int:
         return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
     users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
         stage.users or 0 for stage in traffic.arrival.stages)
-    per_user = traffic.total_s / max(traffic.arrival.think_time_s, 0.05)
+    fastest_request_s = FASTEST_REQUEST_S[traffic.profile]
+    per_user = traffic.total_s / max(traffic.arrival.think_time_s, fastest_request_s)
     return int(min(MAX_CLOSED_LOOP_PLAN, max(64, users * per_user)))
 
 
 def prepare_plan(traffic: TrafficSpec, model_path: str | None, base_url: str, model_id: str,
-                 max_model_len: int | None, run_dir: Path) -> RequestPlan:
-    counter = _token_counter(traffic, model_path, base_url, model_id)
+                 max_model_len: int | None, run_dir: Path, api_key: str | None = None
+                 ) -> RequestPlan:
+    counter = _token_counter(traffic, model_path, base_url, model_id, api_key)
     try:
         plan = build_plan(traffic, counter, max_model_len, planned_request_count(traffic))
-    except (OSError, ValueError) as error:
+    except ConnectionError as error:  # the server's /tokenize went away: infrastructure
+        raise ServerError(f"counting tokens through the server failed: {error}") from error
+    except (OSError, ValueError) as error:  # unreadable data set, bad tokenizer, bad settings
         raise ScenarioError(f"traffic.{traffic.profile}: {error}") from error
     write_plan(plan, run_dir / PLAN_FILE)
     return plan
@@ -176,7 +183,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                                "server_pid": getattr(server, "pid", None)})
             (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
             plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
-                                ready.max_model_len, run_dir)
+                                ready.max_model_len, run_dir, api_key)
             provenance["plan"] = {"requests": len(plan.requests), "sha256": plan.sha256,
                                   "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
                                   "rejected": plan.rejected, "filtered": plan.filtered}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from scenarios.errors import ServerError
 
-TINY_MODEL_VERSION = "tiny-llama-v1"  # bump when the recipe below changes
+TINY_MODEL_VERSION = "tiny-llama-v2"  # bump when the recipe below changes
 SERVED_NAME = "tiny"
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -117,6 +117,19 @@ def train_tokenizer(seed: int = 0):
     return core
 
 
+def silent_token_ids(tokenizer) -> list[int]:
+    """Tokens that stream as no text: special tokens (skipped when decoding) and byte-level
+    pieces that are not valid UTF-8 on their own (held back by incremental detokenizers). A
+    random model that greedily repeats one of them answers "200 but no content tokens" every
+    time for the same prompt, so the tiny model is built never to prefer them."""
+    silent = []
+    for token_id in range(len(tokenizer)):
+        text = tokenizer.decode([token_id], skip_special_tokens=True)
+        if not text or "\ufffd" in text:
+            silent.append(token_id)
+    return silent
+
+
 def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
     """Build tokenizer + random Llama into out_dir. Imports torch/transformers (subprocess only)."""
     import torch
@@ -142,7 +155,11 @@ def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
     if isinstance(getattr(config, "rope_parameters", None), dict):  # transformers >= 5
         config.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_config(config)
+    silent = silent_token_ids(tokenizer)
+    with torch.no_grad():  # tied weights: a zero row gives logit 0, never the greedy argmax
+        model.get_input_embeddings().weight[silent] = 0.0
+    model = model.to(torch.bfloat16).eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     # A tokenizer_config.json that transformers 4.x and 5.x both read, chat template inline.
@@ -154,6 +171,7 @@ def build(out_dir: Path, seed: int = 0) -> dict[str, object]:
         "chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
     (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
     return {"version": TINY_MODEL_VERSION, "vocab_size": len(tokenizer),
+            "silent_tokens": len(silent),
             "parameters": sum(p.numel() for p in model.parameters()),
             "build_s": round(time.perf_counter() - started, 2)}
 
