@@ -66,7 +66,10 @@ def format_observed(slo: dict[str, Any]) -> str:
     """An SLO's observed statistic with its CI in the metric's unit."""
     observed = slo["observed"]
     if observed["value"] is None:
-        return "insufficient data"
+        # the point estimate is withheld (too few effective tail samples); a PASS/FAIL can
+        # still come from the share of requests below the threshold (see the basis)
+        return ("not estimable" if slo.get("verdict") in ("PASS", "FAIL")
+                else "insufficient data")
     fmt = metric_formatter(slo["metric"])
     unit = _RATE_UNITS.get(slo["metric"], "")
     return f"{fmt(observed['value'])}{unit} {format_interval(observed, fmt)}".strip()
