@@ -176,6 +176,8 @@ def totals(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("error rate", error_rate),
         ("output throughput", format_rate(throughput["output_tokens_per_s"], "tok/s")),
         ("request throughput", format_rate(throughput["requests_per_s"], "req/s")),
+        ("goodput", f"{format_rate(summary['goodput']['requests_per_s'], 'req/s')} "
+                    f"({summary['goodput']['counts']})"),
         ("send lag p99", "n/a" if summary["send_lag_p99_s"] is None
          else format_duration_s(summary["send_lag_p99_s"])),
     ]

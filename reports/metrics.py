@@ -55,6 +55,10 @@ class RunSeries:
     reused_prompts: int = 0  # requests that repeated an earlier plan entry (plan cycled)
     prompt_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))  # server-counted
     output_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # every measured request in send order (failures included: NaN latencies), for goodput
+    measured_ok: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=bool))
+    measured_send_unix_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+    measured_latency_s: dict[str, np.ndarray] = field(default_factory=dict)
 
     def latency(self, metric: str) -> np.ndarray:
         return getattr(self, f"{metric}_s")
@@ -157,7 +161,10 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         queued_for_slot=int(np.count_nonzero(measured & queued)),
         client_send_lag_s=floats("send_lag_s", measured & ~queued),
         reused_prompts=reused, prompt_tokens=floats("prompt_tokens", good),
-        output_tokens=floats("output_tokens", good))
+        output_tokens=floats("output_tokens", good),
+        measured_ok=ok[measured], measured_send_unix_s=intended[measured],
+        measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
+                            "e2e": e2e_all[measured]})
 
 
 def summarize_metric(metric: str, values: np.ndarray, confidence: float = 0.95

@@ -22,7 +22,12 @@ from reports.metrics import run_series, summarize
 from reports.samples import load_samples
 from reports.summary import build_summary
 from reports.text import redact_secrets, render_table
-from reports.verdicts import choose_exit_code, evaluate_slos, invalid_measurement_reasons
+from reports.verdicts import (
+    choose_exit_code,
+    evaluate_slos,
+    goodput,
+    invalid_measurement_reasons,
+)
 from scenarios.errors import ScenarioError
 from scenarios.model import Scenario
 from scenarios.run_files import (
@@ -90,6 +95,7 @@ def render_run(run_dir: Path) -> RenderedRun:
         provenance=provenance,
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
+        goodput=goodput(scenario.slo.rules(), series),
         warnings=status.get("warnings", []))
     summary_path = run_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(document, indent=2) + "\n")

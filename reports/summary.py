@@ -76,6 +76,7 @@ def build_summary(
     slo_results: Sequence[SloResult],
     exit_code: int,
     invalid_reasons: Sequence[str],
+    goodput: tuple[Estimate, str],
     warnings: Sequence[str],
 ) -> dict[str, Any]:
     metrics = {}
@@ -101,6 +102,7 @@ def build_summary(
             "output_tokens_per_s": estimate_dict(summary.output_tokens_per_s),
             "requests_per_s": estimate_dict(summary.requests_per_s),
         },
+        "goodput": {"requests_per_s": estimate_dict(goodput[0]), "counts": goodput[1]},
         "send_lag_p99_s": _number(summary.send_lag_p99_s),
         "traffic": traffic_facts(scenario, provenance, summary),
         "metrics": metrics,

@@ -110,7 +110,8 @@ def requests_line(summary: dict[str, Any]) -> str:
     return (f"requests {requests['measured']} (ok {requests['ok']}, failed {requests['failed']}) "
             f"in {summary['window_s']:.0f}s · "
             f"{format_rate(throughput['output_tokens_per_s'], 'output tok/s')} · "
-            f"{format_rate(throughput['requests_per_s'], 'req/s')}")
+            f"{format_rate(throughput['requests_per_s'], 'req/s')} · goodput "
+            f"{format_rate(summary['goodput']['requests_per_s'], 'req/s')}")
 
 
 def render_table(summary: dict[str, Any]) -> str:

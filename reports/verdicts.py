@@ -16,6 +16,7 @@ from reports.statistics import (
     Estimate,
     Verdict,
     clopper_pearson_interval,
+    goodput_estimate,
     percentile_estimate,
     quantile_effective_size,
     slo_verdict,
@@ -115,6 +116,29 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
                                      slo_verdict(observed, rule.comparator, rule.threshold),
                                      basis))
     return tuple(results)
+
+
+GOODPUT_METRICS = ("ttft", "tpot", "e2e")  # per-request latencies (vLLM bench's goodput set)
+
+
+def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95
+            ) -> tuple[Estimate, str]:
+    """Requests per second that succeeded and met every per-request latency SLO threshold
+    (ttft, tpot, e2e rules with < or <=; ITL is per gap, not per request), with a CI."""
+    met = series.measured_ok.copy()
+    criteria = []
+    for rule in rules:
+        if rule.metric in GOODPUT_METRICS and rule.comparator in ("<", "<="):
+            values = series.measured_latency_s[rule.metric]
+            with np.errstate(invalid="ignore"):
+                within = values < rule.threshold if rule.comparator == "<" else (
+                    values <= rule.threshold)
+            met &= within
+            criteria.append(f"{rule.metric} {rule.comparator} {rule.threshold:g}s")
+    estimate = goodput_estimate(met, series.measured_send_unix_s, series.window_s, confidence)
+    described = ("successful requests meeting " + " and ".join(criteria) if criteria
+                 else "successful requests (no per-request latency SLO declared)")
+    return estimate, described
 
 
 def choose_exit_code(results: Sequence[SloResult], invalid_reasons: Sequence[str]) -> ExitCode:

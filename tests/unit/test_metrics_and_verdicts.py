@@ -12,6 +12,7 @@ from reports.statistics import Verdict
 from reports.verdicts import (
     choose_exit_code,
     evaluate_slos,
+    goodput,
     invalid_measurement_reasons,
     percentile_threshold_test,
 )
@@ -118,3 +119,17 @@ def test_verdicts_and_exit_codes() -> None:
                                  summarize(run_series(table(rows[:20]), 20.0)))
     assert inconclusive[0].verdict is Verdict.INCONCLUSIVE
     assert choose_exit_code(inconclusive, ()) is ExitCode.INCONCLUSIVE
+
+
+def test_goodput_counts_requests_meeting_every_per_request_threshold() -> None:
+    # 100 requests over 100 s: 60 fast (ttft 0.1 s), 30 slow (ttft 2 s), 10 failed
+    rows = [row(i, ttft=0.1 if i % 10 < 6 else 2.0, ok=i % 10 != 9) for i in range(100)]
+    series = run_series(table(rows), window_s=100.0)
+    rules = [parse_latency_rule("ttft", "p90 < 1s"), parse_latency_rule("itl", "p99 < 1ms")]
+    estimate, described = goodput(rules, series)
+    assert estimate.value == pytest.approx(60 / 100.0)  # ITL (per gap) is not a per-request cut
+    assert estimate.ci_low < 0.6 < estimate.ci_high
+    assert described == "successful requests meeting ttft < 1s"
+    everything, described = goodput([], series)
+    assert everything.value == pytest.approx(90 / 100.0)
+    assert "no per-request latency SLO" in described
