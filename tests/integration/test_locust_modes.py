@@ -1,0 +1,65 @@
+"""Locust as its users run it: `--processes` (master + workers, each writing its own rows) and
+staged load through LoadTestShape, against the known-timing stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.conftest import run_cli
+from tests.integration.test_attach_standin import standin
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def fast_standin() -> Iterator[str]:
+    yield from standin("--ttft", "0.02", "--itl", "0.005")
+
+
+COMMON = ["traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
+          "traffic.chat.system_prompt_tokens=20", "slo={error_rate: \"< 50%\"}"]
+
+
+def rows(result) -> dict[str, list]:
+    assert result.run_dir is not None, result.output
+    return pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+
+
+def test_processes_split_open_loop_arrivals_without_overlap(fast_standin: str,
+                                                            tmp_path: Path) -> None:
+    result = run_cli(["run", "scenario=chat", f"server.url={fast_standin}", *COMMON,
+                      "traffic.processes=2", "traffic.duration=10s", "traffic.warmup=1s",
+                      "traffic.arrival={kind: constant, rate: 20, max_in_flight: 32}"], tmp_path)
+    assert result.returncode == 0, result.output
+    table = rows(result)
+    assert len(set(table["process_id"])) == 2  # two Locust worker processes wrote rows
+    assert len(list((result.run_dir / "samples").glob("*.arrows"))) == 2
+    plan_indices = table["plan_index"]
+    assert len(plan_indices) == len(set(plan_indices))  # every arrival sent exactly once
+    sends = np.sort(np.asarray(table["intended_send_unix_s"]))
+    # the two processes interleave one schedule: 20 req/s overall, gaps of 50 ms
+    assert np.median(np.diff(sends)) == pytest.approx(0.05, abs=0.01)
+    measured = sum(1 for p in table["phase"] if p == "measure")
+    assert abs(measured - 200) <= 4
+
+
+def test_closed_loop_stages_follow_the_shape(fast_standin: str, tmp_path: Path) -> None:
+    result = run_cli(["run", "scenario=chat", f"server.url={fast_standin}", *COMMON,
+                      "traffic.duration=8s", "traffic.warmup=0s",
+                      "traffic.arrival={kind: stages, think_time: 0.1s, stages: "
+                      "[{duration: 4s, users: 2}, {duration: 4s, users: 8}]}"], tmp_path)
+    assert result.returncode == 0, result.output
+    table = rows(result)
+    start = min(table["send_unix_s"])
+    elapsed = np.asarray(table["send_unix_s"]) - start
+    users = np.asarray(table["user_id"])
+    first = set(users[(elapsed > 0.5) & (elapsed < 3.5)])
+    second = set(users[(elapsed > 5.0) & (elapsed < 7.5)])
+    assert len(first) == 2 and len(second) == 8
+    # each user sends about every 0.1 s think + ~0.06 s response
+    assert np.count_nonzero(elapsed > 5.0) > 3 * np.count_nonzero(elapsed < 3.5) / 2
