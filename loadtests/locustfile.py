@@ -126,10 +126,22 @@ class _Run:
         return self.writer
 
     def _flush_forever(self) -> None:
-        while True:
-            gevent.sleep(FLUSH_INTERVAL_S)
-            if self.writer is not None:
-                self.writer.flush()
+        """Every second: flush rows, and record this process's CPU use (a load generator near
+        one full core is saturated; its timestamps then lag)."""
+        assert self.run_dir is not None
+        stats_path = (self.run_dir / SAMPLES_DIR /
+                      f"client-{socket.gethostname()}-{os.getpid()}.jsonl")
+        last_wall, last_cpu = time.perf_counter(), time.process_time()
+        with open(stats_path, "a") as stats:
+            while True:
+                gevent.sleep(FLUSH_INTERVAL_S)
+                if self.writer is not None:
+                    self.writer.flush()
+                wall, cpu = time.perf_counter(), time.process_time()
+                stats.write(json.dumps({"unix_s": time.time(), "cpu_fraction": round(
+                    (cpu - last_cpu) / max(wall - last_wall, 1e-9), 4)}) + "\n")
+                stats.flush()
+                last_wall, last_cpu = wall, cpu
 
     def close(self) -> None:
         if self.flusher is not None:

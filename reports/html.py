@@ -245,6 +245,11 @@ def load_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("prefix cache before the run", str(traffic["prefix_cache_reset"])))
     if traffic.get("prefix_cache_hit_rate") is not None:
         rows.append(("prefix-cache hit rate (run)", f"{traffic['prefix_cache_hit_rate']:.1%}"))
+    cpu = traffic.get("client_cpu")
+    if cpu:
+        rows.append(("load generator CPU (% of a core, per process-second)",
+                     f"p50 {cpu['p50_percent']:.0f}%, p99 {cpu['p99_percent']:.0f}%, "
+                     f"max {cpu['max_percent']:.0f}%"))
     return [(key, redact_text(value)) for key, value in rows]
 
 

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from reports.html import build_view, render_html
 from reports.junit import render_junit
 from reports.markdown import append_step_summary, render_markdown
 from reports.metrics import run_series, summarize
-from reports.samples import load_samples
+from reports.samples import client_cpu_fractions, load_samples
 from reports.summary import build_summary
 from reports.text import redact_secrets, render_table
 from reports.verdicts import (
@@ -74,6 +75,16 @@ def read_server_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def client_cpu_summary(fractions: list[float]) -> dict[str, float] | None:
+    """Load-generator CPU per process-second, in % of one core (None before it was recorded)."""
+    if not fractions:
+        return None
+    values = np.asarray(fractions) * 100.0
+    return {"p50_percent": float(np.percentile(values, 50)),
+            "p99_percent": float(np.percentile(values, 99)), "max_percent": float(values.max()),
+            "samples": int(values.size)}
+
+
 def render_run(run_dir: Path) -> RenderedRun:
     scenario_path = run_dir / SCENARIO_FILE
     if not scenario_path.is_file():
@@ -96,6 +107,7 @@ def render_run(run_dir: Path) -> RenderedRun:
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         goodput=goodput(scenario.slo.rules(), series),
+        client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         warnings=status.get("warnings", []))
     summary_path = run_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(document, indent=2) + "\n")

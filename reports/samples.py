@@ -9,6 +9,7 @@ Durations are seconds (float64); wall-clock columns are Unix seconds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,18 @@ def read_stream_tolerant(path: Path) -> pa.Table:
     except (pa.ArrowInvalid, OSError):
         pass  # not even a schema was written
     return pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+
+
+def client_cpu_fractions(run_dir: Path) -> list[float]:
+    """Per-second CPU use of each Locust process (fraction of one core), all processes."""
+    fractions = []
+    for path in sorted((run_dir / SAMPLES_DIR).glob("client-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                fractions.append(float(json.loads(line)["cpu_fraction"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a crash
+    return fractions
 
 
 def stream_files(run_dir: Path) -> list[Path]:

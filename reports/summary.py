@@ -38,8 +38,8 @@ def percentile_key(percentile: float) -> str:
     return f"p{percentile:g}"
 
 
-def traffic_facts(scenario: dict[str, Any], provenance: dict[str, Any], summary: RunSummary
-                  ) -> dict[str, Any]:
+def traffic_facts(scenario: dict[str, Any], provenance: dict[str, Any], summary: RunSummary,
+                  client_cpu: dict[str, float] | None = None) -> dict[str, Any]:
     """How the load was actually applied: intended vs achieved rate, send lag, in-flight cap
     hits, the request plan (trimmed/rejected/filtered prompts) and the prefix-cache state."""
     traffic = scenario["traffic"]
@@ -64,6 +64,7 @@ def traffic_facts(scenario: dict[str, Any], provenance: dict[str, Any], summary:
         "plan": provenance.get("plan"),
         "prefix_cache_reset": provenance.get("prefix_cache_reset"),
         "prefix_cache_hit_rate": _number(provenance.get("prefix_cache_hit_rate")),
+        "client_cpu": client_cpu,
     }
 
 
@@ -77,6 +78,7 @@ def build_summary(
     exit_code: int,
     invalid_reasons: Sequence[str],
     goodput: tuple[Estimate, str],
+    client_cpu: dict[str, float] | None = None,
     warnings: Sequence[str],
 ) -> dict[str, Any]:
     metrics = {}
@@ -104,7 +106,7 @@ def build_summary(
         },
         "goodput": {"requests_per_s": estimate_dict(goodput[0]), "counts": goodput[1]},
         "send_lag_p99_s": _number(summary.send_lag_p99_s),
-        "traffic": traffic_facts(scenario, provenance, summary),
+        "traffic": traffic_facts(scenario, provenance, summary, client_cpu),
         "metrics": metrics,
         "slos": [
             {"metric": r.rule.metric, "statistic": r.rule.statistic,
