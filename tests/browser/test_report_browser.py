@@ -11,16 +11,14 @@ written under VLLM_SLO_ARTIFACTS_DIR (default: runs/browser/ in the repository, 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from reports import synthetic as synthesis
 from reports.run_report import RenderedRun, render_run
 
 pytestmark = pytest.mark.browser
@@ -39,16 +37,6 @@ window.__calls = [];
 """
 
 
-def load_synthesis() -> ModuleType:
-    if "report_render" in sys.modules:
-        return sys.modules["report_render"]
-    spec = importlib.util.spec_from_file_location("report_render",
-                                                  REPO / "benchmarks" / "report_render.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _missing() -> list[str]:
@@ -91,7 +79,6 @@ def artefacts_dir() -> Path:
 
 
 def synthetic_run(name: str, *, description: str = "", error_texts=None) -> RenderedRun:
-    synthesis = load_synthesis()
     kwargs = {} if error_texts is None else {"error_texts": error_texts}
     table = synthesis.synthetic_table(3000, chunks=16, warmup_s=5.0, duration_s=40.0,
                                       failure_fraction=0.02, seed=11, **kwargs)

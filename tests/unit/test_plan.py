@@ -23,22 +23,6 @@ from loadtests.plan import (
 from loadtests.prompts import DOC_SEPARATOR, INSTRUCTIONS, WordTexts, flatten_for_completions
 from loadtests.tokens import TokenCounter, local_token_counter
 from scenarios.model import TrafficSpec
-from servers.tiny_model import train_tokenizer
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer_file(tmp_path_factory: pytest.TempPathFactory):
-    """The tiny model's real tokenizer, trained once per session (~4 s; the file is shared
-    with the other token tests through the session's base temp folder)."""
-    file = tmp_path_factory.getbasetemp() / "tiny-tokenizer.json"
-    if not file.is_file():
-        train_tokenizer().save(str(file))
-    return file
-
-
-@pytest.fixture(scope="session")
-def tiny_counter(tiny_tokenizer_file) -> TokenCounter:
-    return local_token_counter(tiny_tokenizer_file)
 
 
 def traffic(profile: str = "chat", seed: int = 7, **sections: object) -> TrafficSpec:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_report_outputs import synthesis
 
+from reports import synthetic as synthesis
 from reports.run_report import render_run
 from reports.samples import SAMPLE_SCHEMA
 

@@ -3,36 +3,22 @@ summary.md and $GITHUB_STEP_SUMMARY) on synthetic run folders rendered by the re
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import ModuleType
 
 import jsonschema
 import pytest
 
+from reports import synthetic as synthesis
 from reports.run_report import render_run
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "reports" / "schema" / "summary.schema.json").read_text())
 
 
-def load_synthesis() -> ModuleType:
-    """benchmarks/report_render.py: the synthetic run folders (tests and benchmark share them)."""
-    if "report_render" in sys.modules:
-        return sys.modules["report_render"]
-    spec = importlib.util.spec_from_file_location("report_render",
-                                                  REPO / "benchmarks" / "report_render.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-synthesis = load_synthesis()
 
 SLOS = {"ttft": ["p95 < 500ms", "p50 < 20ms"], "itl": ["p99 < 200ms"],
         "e2e": ["p99.9 < 1h"], "error_rate": "< 1%", "output_throughput": "> 10 tok/s"}

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_report_outputs import synthesis
 
+from reports import synthetic as synthesis
 from reports.html import script_json
 from reports.run_report import render_run
 from reports.text import REDACTED, redact_secrets, redact_text

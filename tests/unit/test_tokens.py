@@ -11,25 +11,10 @@ import pytest
 
 import loadtests.tokens as tokens_module
 from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
-from servers.tiny_model import tiny_model_dir, train_tokenizer
+from servers.tiny_model import tiny_model_dir
 
 TEXTS = ["hello world", "", "The latency of the server, p99 = 0.25 s.", "日本語 text 🙂",
          "<|user|> special-looking text", " leading space", "x" * 5000]
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer_file(tmp_path_factory: pytest.TempPathFactory):
-    """The tiny model's real tokenizer, trained once per session (~4 s; shared by the plan
-    tests through the session's base temp folder)."""
-    file = tmp_path_factory.getbasetemp() / "tiny-tokenizer.json"
-    if not file.is_file():
-        train_tokenizer().save(str(file))
-    return file
-
-
-@pytest.fixture(scope="session")
-def tiny_counter(tiny_tokenizer_file) -> TokenCounter:
-    return local_token_counter(tiny_tokenizer_file)
 
 
 def test_local_counter_counts_like_the_tokenizer_without_special_tokens(
