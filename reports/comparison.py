@@ -4,6 +4,7 @@ text table. The unit of comparison is the trial, never the request."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,8 +101,20 @@ def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, al
                 cvs.append(float(np.std(values, ddof=1) / abs(np.mean(values))))
         if not cvs:
             continue
-        plans.append(CellPlan(cell, trials_needed(float(np.median(cvs)), effect, alpha)))
+        plan = trials_needed(float(np.median(cvs)), effect, alpha)
+        floor = min_trials_for_family(len(cells), alpha)
+        if plan.trials_per_variant is not None and plan.trials_per_variant < floor:
+            plan = dataclasses.replace(
+                plan, trials_per_variant=floor,
+                warnings=(*plan.warnings, f"raised to {floor}: with Holm over {len(cells)} "
+                          f"cells fewer trials can never reach p<{alpha:g}"))
+        plans.append(CellPlan(cell, plan))
     return tuple(plans)
+
+
+def min_trials_for_family(cells: int, alpha: float) -> int:
+    """Fewest trials per side for which the smallest Holm-adjusted p can be below alpha."""
+    return next(k for k in range(2, 1000) if cells * min_p_value_mann_whitney(k, k) < alpha)
 
 
 def reachability_warning(trials_per_side: int, cells: int, alpha: float) -> str | None:
@@ -109,8 +122,7 @@ def reachability_warning(trials_per_side: int, cells: int, alpha: float) -> str 
     smallest = min(1.0, cells * min_p_value_mann_whitney(trials_per_side, trials_per_side))
     if smallest < alpha:
         return None
-    needed = next(k for k in range(2, 100)
-                  if cells * min_p_value_mann_whitney(k, k) < alpha)
+    needed = min_trials_for_family(cells, alpha)
     return (f"{trials_per_side} trial(s) per side over {cells} compared cells can never reach "
             f"p<{alpha:g} (smallest possible Holm-adjusted p {smallest:.3g}); "
             f"use trials >= {needed}")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import yaml
 
 from reports.samples import SAMPLE_SCHEMA, SAMPLES_DIR, SampleWriter, consolidate
 from scenarios.model import Scenario
@@ -21,6 +22,7 @@ from scenarios.run_files import (
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
+    TRIALS_DIR,
 )
 
 T0_UNIX_S = 1_800_000_000.0
@@ -208,3 +210,57 @@ def build_big_run(run_dir: Path, n_requests: int, chunks: int, seed: int = 0) ->
     return write_run_folder(run_dir, table, scenario,
                             server_records=synthetic_server_records(warmup_s + duration_s),
                             via_writer=False)
+
+
+EXPERIMENT_OVERRIDES = ["traffic.duration=20s", "traffic.warmup=0s",
+             "slo={ttft: [\"p50 < 80ms\"], error_rate: \"< 50%\"}"]
+
+
+def write_synthetic_trial(folder: Path, scenario_doc: dict, ttft_s: float, trial_factor: float,
+                          seed: int, provenance_seed: int = 7, requests: int = 200) -> None:
+    """One trial folder: `requests` rows whose TTFT is ttft_s × trial_factor × noise, rendered."""
+    from reports.run_report import render_run
+    folder.mkdir(parents=True)
+    (folder / SCENARIO_FILE).write_text(yaml.safe_dump(scenario_doc))
+    (folder / PROVENANCE_FILE).write_text(json.dumps({
+        "model_id": "tiny", "vllm_version": "0.32.0", "platform": "cpu",
+        "seed": provenance_seed, "host": {"cpu_model": "test", "gpus": []}}))
+    rng = np.random.default_rng(seed)
+    writer = SampleWriter(folder / "samples" / "samples-test-1.arrows")
+    for i in range(requests):
+        ttft = ttft_s * trial_factor * float(rng.lognormal(0, 0.1))
+        gaps = 0.01 * rng.lognormal(0, 0.2, 7)  # same distribution in every arm
+        offsets = list(ttft + np.concatenate([[0.0], np.cumsum(gaps)]))
+        writer.append({
+            "request_id": f"r{i}", "process_id": 1, "user_id": 0, "plan_index": i,
+            "conversation_id": i, "turn": 0, "phase": "measure", "endpoint": "chat",
+            "intended_send_unix_s": T0_UNIX_S + i * 0.1, "send_unix_s": T0_UNIX_S + i * 0.1,
+            "send_lag_s": 0.0, "queued_for_slot": False, "ttft_s": ttft,
+            "e2e_s": offsets[-1], "chunk_offsets_s": offsets, "output_tokens": 8,
+            "prompt_tokens": 50, "prompt_tokens_planned": 45, "max_tokens": 8,
+            "status_code": 200, "ok": True, "error": None, "finish_reason": "length"})
+    writer.close()
+    consolidate(folder)
+    render_run(folder)
+
+
+def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: int,
+                               noise: float, seed: int = 0, traffic_seed: int = 7) -> Path:
+    """An experiment folder: variant name -> its TTFT; each trial scaled by a log-normal
+    trial effect with sd `noise` (restart-to-restart variation), interleaved as a run does."""
+    from scenarios.experiment import trial_folder_name, trial_order
+    from scenarios.loader import load_scenario
+    scenario, _ = load_scenario("chat", [*EXPERIMENT_OVERRIDES, f"trials={trials}",
+                                         f"traffic.seed={traffic_seed}",
+                                         "variants={" + ", ".join(f"{v}: {{}}" for v in variants)
+                                         + "}"])
+    root.mkdir(parents=True)
+    (root / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    base = scenario.base_without_arms()
+    rng = np.random.default_rng(seed)
+    for position, (name, k) in enumerate(trial_order(list(variants), trials), start=1):
+        factor = float(rng.lognormal(0, noise))
+        write_synthetic_trial(root / TRIALS_DIR / trial_folder_name(position, name, k), base,
+                    variants[name], factor, seed=position + 100 * seed,
+                    provenance_seed=traffic_seed)
+    return root

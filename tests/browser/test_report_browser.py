@@ -172,3 +172,28 @@ def test_injected_markup_is_shown_as_text_and_never_runs(browser) -> None:
     assert f"{SCRIPT}: boom" in text and f"HTTP 500: {IMG}" in text  # error examples
     assert IMG in browser.title  # the run folder's name
     save_screenshot(browser, rendered)
+
+
+def test_experiment_report_renders_in_chromium(browser) -> None:
+    from reports.experiment import render_experiment
+    from reports.synthetic import write_synthetic_experiment
+
+    root = artefacts_dir() / "browser-experiment"
+    shutil.rmtree(root, ignore_errors=True)
+    write_synthetic_experiment(root, {"baseline": 0.05, "candidate": 0.08}, trials=4,
+                               noise=0.05)
+    rendered = render_experiment(root)
+    open_report(browser, rendered)
+    assert severe_console_entries(browser) == []
+    facts = plot_facts(browser)
+    assert [f["id"] for f in facts] == ["fig-trials", "fig-ecdf"]
+    for fact in facts:
+        assert fact["width"] > 300 and fact["height"] > 300, fact
+        assert fact["traces"] > 0 and fact["drawn"] > 0, fact
+    comparison = browser.execute_script(
+        "return document.querySelector('#comparison pre').innerText")
+    assert "ttft.p50" in comparison and "vs baseline" in comparison
+    links = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#trials a')).map(a => a.href)")
+    assert len(links) == 8 and all(link.endswith("/report.html") for link in links)
+    assert save_screenshot(browser, rendered).stat().st_size > 50_000
