@@ -18,6 +18,7 @@ so queueing is included (coordinated-omission-safe).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -65,6 +66,7 @@ class _Run:
         self.next_arrival = 0
         self.conversations_claimed = 0
         self.next_user_id = 0
+        self.last_flush_perf_s = 0.0
 
     def configure(self, run_dir: Path, worker_index: int, runs_users: bool) -> None:
         self.run_dir = run_dir
@@ -117,13 +119,35 @@ class _Run:
             return "measure"
         return "cooldown"
 
-    def ensure_writer(self) -> SampleWriter:
+    def record(self, row: dict) -> None:
+        """Keep one request's row; rows reach disk within about a second, flushed by a
+        background greenlet and, should it be starved, by the next row after the interval."""
         if self.writer is None:
             assert self.run_dir is not None
-            name = f"samples-{socket.gethostname()}-{os.getpid()}.arrows"
-            self.writer = SampleWriter(self.run_dir / SAMPLES_DIR / name)
+            self.writer = SampleWriter(self._new_samples_path())
+            self.last_flush_perf_s = time.perf_counter()
             self.flusher = gevent.spawn(self._flush_forever)
-        return self.writer
+        self.writer.append(row)
+        if time.perf_counter() - self.last_flush_perf_s > 2 * FLUSH_INTERVAL_S:
+            self.flush()
+
+    def _new_samples_path(self) -> Path:
+        """A file of this process's own that never replaces an earlier one (a row that arrives
+        after the writer was closed, e.g. from a request still in flight at shutdown, starts a
+        new file instead of truncating the old)."""
+        assert self.run_dir is not None
+        stem = f"samples-{socket.gethostname()}-{os.getpid()}"
+        path = self.run_dir / SAMPLES_DIR / f"{stem}.arrows"
+        part = 1
+        while path.exists():
+            part += 1
+            path = self.run_dir / SAMPLES_DIR / f"{stem}-{part}.arrows"
+        return path
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+        self.last_flush_perf_s = time.perf_counter()
 
     def _flush_forever(self) -> None:
         """Every second: flush rows, and record this process's CPU use (a load generator near
@@ -135,8 +159,7 @@ class _Run:
         with open(stats_path, "a") as stats:
             while True:
                 gevent.sleep(FLUSH_INTERVAL_S)
-                if self.writer is not None:
-                    self.writer.flush()
+                self.flush()
                 wall, cpu = time.perf_counter(), time.process_time()
                 stats.write(json.dumps({"unix_s": time.time(), "cpu_fraction": round(
                     (cpu - last_cpu) / max(wall - last_wall, 1e-9), 4)}) + "\n")
@@ -181,8 +204,15 @@ def _started(environment, **_kwargs) -> None:
 
 @events.quitting.add_listener
 def _quitting(environment, **_kwargs) -> None:
-    if not isinstance(environment.runner, MasterRunner):
-        RUN.close()
+    RUN.flush()  # users may still finish in-flight requests after this: keep the writer open
+
+
+@events.quit.add_listener
+def _quit(exit_code: int, **_kwargs) -> None:
+    RUN.close()  # after the runner stopped every user
+
+
+atexit.register(RUN.close)  # also when a process ends some other way (e.g. a worker)
 
 
 class _StreamingUser(User):
@@ -208,7 +238,7 @@ class _StreamingUser(User):
         send_unix_s = time.time()
         outcome = send_streamed(self.client, traffic.endpoint, body)
         intended_unix_s = send_unix_s - (outcome.send_perf_s - intended_perf_s)
-        RUN.ensure_writer().append({
+        RUN.record({
             "request_id": f"{os.getpid()}-{self.user_id}-{position}-{request.index}",
             "process_id": os.getpid(),
             "user_id": self.user_id,
