@@ -210,7 +210,9 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                     f"{arrival.users} users")
             say(f"traffic: {traffic.profile}, {load}, warm-up {traffic.warmup_s:g}s + "
                 f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down")
-            locust = run_locust(run_dir, server.base_url, traffic, server.failure, show)
+            # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
+            locust = run_locust(run_dir, server.base_url, traffic, server.failure, show,
+                                progress_interval_s=5.0 if interactive else 30.0)
             before, after = recorder.stop()
             status["server_failure"] = server.failure()
             status["load_generator_failure"] = locust.failure
