@@ -3,10 +3,14 @@ stand-in, and check that no process outlives a run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +45,39 @@ def run_cli(arguments: list[str], runs_dir: Path, timeout_s: float = 600) -> Cli
         [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(runs_dir), *arguments],
         capture_output=True, text=True, timeout=timeout_s, env=cli_env(), cwd=REPO)
     return CliRun(result.returncode, result.stdout + result.stderr, only_run_dir(runs_dir))
+
+
+@contextlib.contextmanager
+def running_cli(arguments: list[str], runs_dir: Path) -> Iterator[subprocess.Popen]:
+    """The CLI in its own session, like a terminal's foreground job: a signal sent to its
+    process group reaches the CLI only (the server and Locust run in sessions of their own).
+    Killed on the way out if a test left it running."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(runs_dir), *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=REPO,
+        start_new_session=True)
+    try:
+        yield cli
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
+
+
+def signal_and_wait(cli: subprocess.Popen, signum: int, timeout_s: float = 90) -> str:
+    """Send `signum` to the CLI's group (Ctrl-C is SIGINT) and return its output."""
+    os.killpg(cli.pid, signum)
+    output, _ = cli.communicate(timeout=timeout_s)
+    return output
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def vllm_available() -> bool:

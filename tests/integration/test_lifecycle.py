@@ -4,43 +4,25 @@ workers, Locust), vLLM's own rejection of engine args is a usage error (exit 2).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import (
-    REPO,
-    cli_env,
     only_run_dir,
     process_group_alive,
     processes_in_group,
     requires_vllm,
     run_cli,
+    running_cli,
+    signal_and_wait,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.integration, requires_vllm]
-
-
-def start_cli(arguments: list[str], runs_dir: Path) -> subprocess.Popen:
-    # its own session, like a terminal's foreground job: the signal goes to the CLI's group
-    return subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(runs_dir), *arguments],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=REPO,
-        start_new_session=True)
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def locust_processes(run_dir: Path) -> list[str]:
@@ -55,20 +37,15 @@ def server_pgid(run_dir: Path) -> int:
 
 
 def test_ctrl_c_mid_run_stops_everything_and_keeps_the_rows(tmp_path: Path) -> None:
-    cli = start_cli(["run", "scenario=chat", "traffic.duration=120s", "traffic.warmup=1s"],
-                    tmp_path)
-    try:
+    with running_cli(["run", "scenario=chat", "traffic.duration=120s", "traffic.warmup=1s"],
+                     tmp_path) as cli:
         wait_for(lambda: (d := only_run_dir(tmp_path)) is not None
                  and list((d / "samples").glob("*.arrows")), 300, "the first samples")
         run_dir = only_run_dir(tmp_path)
         pgid = server_pgid(run_dir)
         assert process_group_alive(pgid)
         time.sleep(3)  # a few seconds of traffic
-        os.killpg(cli.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        output, _ = cli.communicate(timeout=90)
-    finally:
-        if cli.poll() is None:
-            os.killpg(cli.pid, signal.SIGKILL)
+        output = signal_and_wait(cli, signal.SIGINT)  # what a terminal's Ctrl-C does
     assert cli.returncode == 4, output
     assert "interrupted" in output
     wait_for(lambda: not process_group_alive(pgid), 10, "the vLLM process group to end")
@@ -81,8 +58,7 @@ def test_ctrl_c_mid_run_stops_everything_and_keeps_the_rows(tmp_path: Path) -> N
 
 
 def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
-    cli = start_cli(["run", "scenario=chat"], tmp_path)
-    try:
+    with running_cli(["run", "scenario=chat"], tmp_path) as cli:
         def engine_started() -> bool:
             run_dir = only_run_dir(tmp_path)
             log = run_dir / "server.log" if run_dir else None
@@ -97,11 +73,7 @@ def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
         pgids = {int(line.split()[1]) for line in children.splitlines()
                  if "servers.vllm_cli" in line and f"--port {port}" in line}
         assert pgids, children
-        os.killpg(cli.pid, signal.SIGTERM)
-        output, _ = cli.communicate(timeout=90)
-    finally:
-        if cli.poll() is None:
-            os.killpg(cli.pid, signal.SIGKILL)
+        output = signal_and_wait(cli, signal.SIGTERM)
     assert cli.returncode == 4, output
     for pgid in pgids:
         wait_for(lambda pgid=pgid: not process_group_alive(pgid), 10, f"group {pgid} to end")

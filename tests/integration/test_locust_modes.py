@@ -76,36 +76,30 @@ def slow_standin() -> Iterator[str]:
 def test_requests_in_flight_at_ctrl_c_are_kept(slow_standin: str, tmp_path: Path) -> None:
     """Locust fires `quitting` before its users stop: a request still streaming then must not
     be lost (nor may it truncate the rows already written)."""
-    import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    from tests.integration.conftest import REPO, cli_env, only_run_dir
+    from tests.integration.conftest import (
+        only_run_dir,
+        running_cli,
+        signal_and_wait,
+        wait_for,
+    )
 
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(tmp_path), "run",
-         "scenario=chat", f"server.url={slow_standin}", *COMMON, "traffic.duration=60s",
-         "traffic.warmup=0s", "traffic.arrival.users=4", "traffic.arrival.spawn_rate=100",
-         "traffic.arrival.think_time=0s"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=REPO,
-        start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            run_dir = only_run_dir(tmp_path)
-            files = list((run_dir / "samples").glob("*.arrows")) if run_dir else []
-            if files and files[0].stat().st_size > 0:
-                break
-            time.sleep(0.2)
+    arguments = ["run", "scenario=chat", f"server.url={slow_standin}", *COMMON,
+                 "traffic.duration=60s", "traffic.warmup=0s", "traffic.arrival.users=4",
+                 "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s"]
+
+    def first_rows_on_disk() -> bool:
+        run_dir = only_run_dir(tmp_path)
+        files = list((run_dir / "samples").glob("*.arrows")) if run_dir else []
+        return bool(files) and files[0].stat().st_size > 0
+
+    with running_cli(arguments, tmp_path) as cli:
+        wait_for(first_rows_on_disk, 60, "the first rows on disk", poll_s=0.2)
         time.sleep(0.7)  # every user is mid-request (1.5 s to first token)
         interrupted_unix_s = time.time()
-        os.killpg(cli.pid, signal.SIGINT)
-        output, _ = cli.communicate(timeout=60)
-    finally:
-        if cli.poll() is None:
-            os.killpg(cli.pid, signal.SIGKILL)
+        output = signal_and_wait(cli, signal.SIGINT, timeout_s=60)
     assert cli.returncode == 4, output
     table = pq.read_table(only_run_dir(tmp_path) / "samples.parquet").to_pydict()
     finished = [s + e for s, e in zip(table["send_unix_s"], table["e2e_s"], strict=True)]
