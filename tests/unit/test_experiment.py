@@ -4,6 +4,7 @@ release gates and planning."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,16 @@ def test_gate_pass_fail_and_refusal(tmp_path: Path) -> None:
         gate_saved_runs(other_seed, base, 0.10, ["ttft.p50"], force=False)
     forced = gate_saved_runs(other_seed, base, 0.10, ["ttft.p50"], force=True)
     assert "warning (--force): seed differs" in forced.text
+
+
+def test_experiment_and_comparison_summaries_follow_their_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /
+                         "experiment-summary.schema.json").read_text())
+    run = experiment(tmp_path / "e", {"a": 0.05, "b": 0.06}, trials=3, noise=0.05)
+    jsonschema.validate(render_experiment(run).summary, schema)
+    other = experiment(tmp_path / "o", {"x": 0.05}, trials=3, noise=0.05, seed=9)
+    result = compare_saved_runs([run, other], None, 0.05, tmp_path / "cmp")
+    jsonschema.validate(json.loads((tmp_path / "cmp" / "summary.json").read_text()), schema)
+    assert result.report_path is not None
