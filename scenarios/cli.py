@@ -62,11 +62,16 @@ def command_run(arguments: Sequence[str], runs_root: Path) -> int:
 def command_report(run_dir: Path) -> int:
     from reports.experiment import render_experiment
     from reports.run_report import render_run
-    from reports.trials import is_experiment
+    from reports.trials import is_experiment, trial_folders
 
     if not run_dir.is_dir():
         raise ScenarioError(f"run folder {run_dir} does not exist")
-    rendered = render_experiment(run_dir) if is_experiment(run_dir) else render_run(run_dir)
+    if is_experiment(run_dir):
+        for trial_dir, _, _ in trial_folders(run_dir):  # every output, trials included
+            render_run(trial_dir)
+        rendered = render_experiment(run_dir)
+    else:
+        rendered = render_run(run_dir)
     _say(rendered.text)
     _say(f"\nreport: {rendered.report_path}")
     return int(rendered.summary["exit_code"])
