@@ -93,3 +93,15 @@ def test_experiment_and_comparison_summaries_follow_their_schema(tmp_path: Path)
     result = compare_saved_runs([run, other], None, 0.05, tmp_path / "cmp")
     jsonschema.validate(json.loads((tmp_path / "cmp" / "summary.json").read_text()), schema)
     assert result.report_path is not None
+
+
+def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) -> None:
+    from scenarios.cli import main
+
+    run = experiment(tmp_path / "r", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05)
+    trial_reports = sorted(run.glob("trials/*/report.html"))
+    for path in (*trial_reports, run / "report.html", run / "summary.json"):
+        path.unlink()
+    assert main(["report", str(run)]) == ExitCode.SLO_FAILED  # b fails ttft p50 < 80ms
+    assert all(path.is_file() for path in trial_reports)
+    assert json.loads((run / "summary.json").read_text())["kind"] == "experiment"
