@@ -99,7 +99,9 @@ def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) ->
     from scenarios.cli import main
 
     run = experiment(tmp_path / "r", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05)
+    render_experiment(run)
     trial_reports = sorted(run.glob("trials/*/report.html"))
+    assert len(trial_reports) == 8
     for path in (*trial_reports, run / "report.html", run / "summary.json"):
         path.unlink()
     assert main(["report", str(run)]) == ExitCode.SLO_FAILED  # b fails ttft p50 < 80ms
