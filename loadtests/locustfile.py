@@ -228,7 +228,10 @@ class _StreamingUser(User):
     def on_stop(self) -> None:
         self.client.close()
 
-    def send(self, position: int, intended_perf_s: float, queued: bool) -> RequestOutcome:
+    def send(self, position: int, intended_perf_s: float | None, queued: bool
+             ) -> RequestOutcome:
+        """Send plan entry `position` and record its row. Open loop: latencies count from the
+        scheduled `intended_perf_s`; closed loop (None): from the actual send."""
         traffic, plan = RUN.traffic, RUN.plan
         request: PlannedRequest = plan.requests[position % len(plan.requests)]
         prompt = (list(request.messages) if traffic.endpoint == "chat"
@@ -237,6 +240,8 @@ class _StreamingUser(User):
                             traffic.ignore_eos, traffic.temperature)
         send_unix_s = time.time()
         outcome = send_streamed(self.client, traffic.endpoint, body)
+        if intended_perf_s is None:
+            intended_perf_s = outcome.send_perf_s
         intended_unix_s = send_unix_s - (outcome.send_perf_s - intended_perf_s)
         RUN.record({
             "request_id": f"{os.getpid()}-{self.user_id}-{position}-{request.index}",
@@ -286,7 +291,7 @@ class ClosedLoopUser(_StreamingUser):
         if not self.pending:
             self.pending = list(RUN.claim_conversation())
         position = self.pending.pop(0)
-        outcome = self.send(position, time.perf_counter(), queued=False)
+        outcome = self.send(position, None, queued=False)
         if not outcome.ok:
             self.pending = []  # a failed turn ends its conversation
 
