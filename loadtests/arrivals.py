@@ -12,6 +12,8 @@ import numpy as np
 
 from scenarios.model import ArrivalSpec
 
+SCHEDULE_LEAD_S = 0.5  # open loop: time for the in-flight slots to spawn before arrival 0
+
 
 def _gaps(rng: np.random.Generator, kind: str, rate: float, burstiness: float, count: int
           ) -> np.ndarray:

@@ -31,7 +31,7 @@ from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner
 
-from loadtests.arrivals import arrival_offsets_s
+from loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from loadtests.http_stream import HttpStreamClient
 from loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from loadtests.plan import PlannedRequest, RequestPlan, read_plan
@@ -41,7 +41,6 @@ from scenarios.model import TrafficSpec
 from scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
 
 FLUSH_INTERVAL_S = 1.0
-SCHEDULE_LEAD_S = 0.5  # open loop: time for the slots to spawn before the first arrival
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
 
 

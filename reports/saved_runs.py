@@ -3,6 +3,7 @@ A single-run folder is one trial; an experiment folder contributes one group per
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,8 +54,6 @@ def groups_of(run_dir: Path) -> list[Group]:
 
 
 def _relabelled(trials: Sequence[Trial], label: str) -> list[Trial]:
-    import dataclasses
-
     return [dataclasses.replace(t, variant=label) for t in trials]
 
 

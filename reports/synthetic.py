@@ -185,8 +185,6 @@ def write_run_folder(run_dir: Path, table: pa.Table, scenario: dict[str, Any], *
                      server_records: list[dict[str, Any]] | None = None,
                      status: dict[str, Any] | None = None, via_writer: bool = True) -> Path:
     """A complete run folder (what `vllm-slo report` needs), without any server or Locust."""
-    import yaml
-
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario, sort_keys=False))
     (run_dir / PROVENANCE_FILE).write_text(

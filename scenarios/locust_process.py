@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadtests.arrivals import SCHEDULE_LEAD_S
 from scenarios.model import TrafficSpec
 from scenarios.run_files import LOCUST_LOG_FILE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile.py"
 STAGES_LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile_stages.py"
-OPEN_LOOP_LEAD_S = 0.5  # loadtests.locustfile.SCHEDULE_LEAD_S (not imported: no locust here)
 STARTUP_ALLOWANCE_S = 120.0
 
 
@@ -52,7 +52,7 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]
     if arrival.open_loop:
         slots = arrival.max_in_flight
         argv += ["--users", str(slots), "--spawn-rate", str(max(100, 4 * slots)),
-                 "--run-time", f"{math.ceil(traffic.total_s + OPEN_LOOP_LEAD_S)}s"]
+                 "--run-time", f"{math.ceil(traffic.total_s + SCHEDULE_LEAD_S)}s"]
     elif not closed_stages:
         argv += ["--users", str(arrival.users), "--spawn-rate", f"{arrival.spawn_rate:g}",
                  "--run-time", f"{math.ceil(traffic.total_s)}s"]
