@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.synthetic import build_big_run
+from tests.support.synthetic import build_big_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries")
     options = parser.parse_args(argv)
 
-    from reports.run_report import render_run
+    from vllm_slo.reports.run_report import render_run
 
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = options.keep or Path(scratch) / "20270115T120000Z-synthetic"

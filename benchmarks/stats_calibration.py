@@ -38,7 +38,7 @@ from scipy import signal, stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.statistics import (
+from vllm_slo.reports.analysis.statistics import (
     compare_trials,
     goodput_estimate,
     mean_estimate,

@@ -30,15 +30,14 @@ import numpy as np
 from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner
-
-from loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
-from loadtests.http_stream import HttpStreamClient
-from loadtests.openai_stream import RequestOutcome, request_body, send_streamed
-from loadtests.plan import PlannedRequest, RequestPlan, read_plan
-from loadtests.prompts import flatten_for_completions
-from reports.samples import SAMPLES_DIR, SampleWriter
-from scenarios.model import TrafficSpec
-from scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
+from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
+from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
+from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
+from vllm_slo.loadtests.prompts import flatten_for_completions
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
+from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
+from vllm_slo.servers.http_stream import HttpStreamClient
 
 FLUSH_INTERVAL_S = 1.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot

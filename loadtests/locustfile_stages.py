@@ -8,9 +8,8 @@ loadtests/locustfile.py, with the user count following `traffic.arrival.stages`.
 from __future__ import annotations
 
 from locust import LoadTestShape
-
-from loadtests.arrivals import users_at
-from loadtests.locustfile import RUN, ClosedLoopUser, OpenLoopUser  # noqa: F401  (users)
+from vllm_slo.loadtests.arrivals import users_at
+from vllm_slo.loadtests.locustfile import RUN, ClosedLoopUser, OpenLoopUser  # noqa: F401  (users)
 
 STAGE_SPAWN_RATE = 100.0  # users per second when a stage changes the count
 

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from loadtests.http_stream import HttpStreamClient, StreamedResponse
+from vllm_slo.servers.http_stream import HttpStreamClient, StreamedResponse
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 

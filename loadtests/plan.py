@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtests.prompts import (
+from vllm_slo.loadtests.prompts import (
     DEFAULT_SHAREGPT_PATH,
     DOC_SEPARATOR,
     INSTRUCTIONS,
@@ -37,8 +37,8 @@ from loadtests.prompts import (
     WordTexts,
     load_sharegpt,
 )
-from loadtests.tokens import TokenCounter
-from scenarios.model import ChatSpec, LongDocSpec, ShareGptSpec, TrafficSpec
+from vllm_slo.loadtests.tokens import TokenCounter
+from vllm_slo.scenarios.model import ChatSpec, LongDocSpec, ShareGptSpec, TrafficSpec
 
 PLAN_SCHEMA_VERSION = 1
 PLAN_METADATA_KEY = b"vllm_slo.plan"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from loadtests.tokens import TokenCounter
+from vllm_slo.loadtests.tokens import TokenCounter
 
 DEFAULT_SHAREGPT_PATH = Path(__file__).resolve().parent / "data" / "sharegpt_sample.json"
 

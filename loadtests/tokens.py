@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from loadtests.http_stream import HttpStreamClient
+from vllm_slo.servers.http_stream import HttpStreamClient
 
 _BATCH_CHARS = 4_000_000  # bounds the memory of one encode_batch call (encodings are large)
 

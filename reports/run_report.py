@@ -15,23 +15,23 @@ from typing import Any
 
 import numpy as np
 import yaml
-
-from reports.html import build_view, render_html
-from reports.junit import render_junit
-from reports.markdown import append_step_summary, render_markdown
-from reports.metrics import run_series, summarize
-from reports.samples import client_cpu_fractions, load_samples
-from reports.summary import build_summary
-from reports.text import redact_secrets, render_table
-from reports.verdicts import (
+from vllm_slo.reports.analysis.run_metrics import run_series, summarize
+from vllm_slo.reports.analysis.summary import build_summary
+from vllm_slo.reports.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
     goodput,
     invalid_measurement_reasons,
 )
-from scenarios.errors import ScenarioError
-from scenarios.model import Scenario
-from scenarios.run_files import (
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.render.html import build_view, render_html
+from vllm_slo.reports.render.junit import render_junit
+from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
+from vllm_slo.reports.render.text import render_table
+from vllm_slo.reports.samples import client_cpu_fractions, load_samples
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
     PROVENANCE_FILE,
     REPORT_FILE,

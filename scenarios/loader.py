@@ -11,9 +11,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
-
-from scenarios.errors import ScenarioError
-from scenarios.model import Scenario
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.model import Scenario
 
 SHIPPED_DIR = Path(__file__).resolve().parent
 

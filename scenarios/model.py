@@ -18,15 +18,14 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from scenarios.slo import (
+from vllm_slo.scenarios.slo import (
     LATENCY_METRICS,
     SloRule,
     parse_error_rate_rule,
     parse_latency_rule,
     parse_rate_rule,
 )
-from scenarios.units import parse_duration_s
+from vllm_slo.scenarios.units import parse_duration_s
 
 Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]

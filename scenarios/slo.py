@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from scenarios.units import parse_duration_s
+from vllm_slo.scenarios.units import parse_duration_s
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 RATE_METRICS = ("output_throughput", "request_throughput")

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadtests.http_stream import HttpStreamClient
-from scenarios.errors import ServerError
+from vllm_slo.scenarios.errors import ServerError
+from vllm_slo.servers.http_stream import HttpStreamClient
 
 
 @dataclass(frozen=True, slots=True)

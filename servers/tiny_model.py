@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scenarios.errors import ServerError
+from vllm_slo.scenarios.errors import ServerError
 
 TINY_MODEL_VERSION = "tiny-llama-v2"  # bump when the recipe below changes
 SERVED_NAME = "tiny"
@@ -59,7 +59,7 @@ def ensure_tiny_model(timeout_s: float = 600.0) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "servers.tiny_model", str(staging)],
+            [sys.executable, "-m", "vllm_slo.servers.tiny_model", str(staging)],
             capture_output=True, text=True, timeout=timeout_s,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
             cwd=Path(__file__).resolve().parent.parent,

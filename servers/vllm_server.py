@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scenarios.errors import ScenarioError, ServerConfigError, ServerError
-from scenarios.model import ServerSpec
-from servers.host import free_loopback_port
-from servers.readiness import ReadyServer, wait_until_ready
-from servers.tiny_model import SERVED_NAME, ensure_tiny_model
+from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.host import free_loopback_port
+from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
+from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+VLLM_CLI_MODULE = "vllm_slo.servers.vllm_cli"  # vLLM's own CLI, with the CPU wheel's fix
 CPU_BLOCK_MULTIPLE = 32
 # Defaults for vLLM's CPU build when the scenario says nothing (see README "CPU platform").
 CPU_DEFAULTS: dict[str, Any] = {"kv-cache-memory-bytes": "1G", "enforce-eager": True}
@@ -115,7 +115,7 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
                 args[name] = value
                 applied[name] = value
     served = spec.served_model_name or (SERVED_NAME if spec.model == "tiny" else spec.model)
-    prefix = list(spec.command) if spec.command else [sys.executable, "-m", "servers.vllm_cli"]
+    prefix = list(spec.command) if spec.command else [sys.executable, "-m", VLLM_CLI_MODULE]
     argv = [*prefix, "serve", model_path, "--served-model-name", served,
             "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
     env = {**_PRIVATE_ENV, **(suite_env or {}), **spec.env}
@@ -184,15 +184,13 @@ class VllmServer:
     def start(self) -> ReadyServer:
         env = {**os.environ, **self.plan.env_overrides}
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=REPO_ROOT, start_new_session=True)
+                env=env, cwd=self.log_path.parent, start_new_session=True)
         try:
             self.ready = wait_until_ready(
                 self.base_url, self.ready_timeout_s, self.plan.served_model_name,
@@ -256,9 +254,12 @@ def vllm_installed() -> bool:
 
 
 def resolve_model_path(spec: ServerSpec) -> str:
+    """The model argument for `vllm serve`: the tiny model's cache folder, a local path made
+    absolute (vLLM runs in the run folder, not where the user stands), or a model id as is."""
     if spec.model == "tiny":
         return str(ensure_tiny_model())
-    return spec.model
+    local = Path(spec.model).expanduser()
+    return str(local.resolve()) if local.exists() else spec.model
 
 
 def launch_vllm(spec: ServerSpec, platform: str, log_path: Path,

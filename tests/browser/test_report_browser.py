@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from vllm_slo.reports.run_report import RenderedRun, render_run
 
-from reports import synthetic as synthesis
-from reports.run_report import RenderedRun, render_run
+from tests.support import synthetic as synthesis
 
 pytestmark = pytest.mark.browser
 
@@ -175,8 +175,9 @@ def test_injected_markup_is_shown_as_text_and_never_runs(browser) -> None:
 
 
 def test_experiment_report_renders_in_chromium(browser) -> None:
-    from reports.experiment import render_experiment
-    from reports.synthetic import write_synthetic_experiment
+    from vllm_slo.reports.experiment_report import render_experiment
+
+    from tests.support.synthetic import write_synthetic_experiment
 
     root = artefacts_dir() / "browser-experiment"
     shutil.rmtree(root, ignore_errors=True)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.host import detect_platform, gpu_names
+from vllm_slo.servers.vllm_server import launch_vllm
 
-from scenarios.model import ServerSpec
-from servers.host import detect_platform, gpu_names
-from servers.vllm_server import launch_vllm
 from tests.integration.conftest import run_cli
 
 pytestmark = [

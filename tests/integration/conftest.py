@@ -31,8 +31,9 @@ class CliRun:
 
 
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    """The environment a user's shell would give: the installed suite, nothing added to
+    PYTHONPATH (the suite must not depend on the repository being importable)."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
 def only_run_dir(runs_dir: Path) -> Path | None:
@@ -42,8 +43,8 @@ def only_run_dir(runs_dir: Path) -> Path | None:
 
 def run_cli(arguments: list[str], runs_dir: Path, timeout_s: float = 600) -> CliRun:
     result = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(runs_dir), *arguments],
-        capture_output=True, text=True, timeout=timeout_s, env=cli_env(), cwd=REPO)
+        [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir), *arguments],
+        capture_output=True, text=True, timeout=timeout_s, env=cli_env(), cwd=runs_dir.parent)
     return CliRun(result.returncode, result.stdout + result.stderr, only_run_dir(runs_dir))
 
 
@@ -53,8 +54,9 @@ def running_cli(arguments: list[str], runs_dir: Path) -> Iterator[subprocess.Pop
     process group reaches the CLI only (the server and Locust run in sessions of their own).
     Killed on the way out if a test left it running."""
     cli = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli", "--runs-dir", str(runs_dir), *arguments],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=REPO,
+        [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir), *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(),
+        cwd=runs_dir.parent,
         start_new_session=True)
     try:
         yield cli

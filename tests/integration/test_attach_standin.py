@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from vllm_slo.servers.standin import READY_PREFIX
 
-from servers.standin import READY_PREFIX
 from tests.integration.conftest import REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ TOLERANCE_S = 0.015
 
 def standin(*flags: str) -> Iterator[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "servers.standin", "--port", "0", *flags],
+        [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", *flags],
         stdout=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
     try:
         line = process.stdout.readline()

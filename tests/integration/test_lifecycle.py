@@ -71,7 +71,7 @@ def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
         children = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,args="], capture_output=True,
                                   text=True).stdout
         pgids = {int(line.split()[1]) for line in children.splitlines()
-                 if "servers.vllm_cli" in line and f"--port {port}" in line}
+                 if "vllm_slo.servers.vllm_cli" in line and f"--port {port}" in line}
         assert pgids, children
         output = signal_and_wait(cli, signal.SIGTERM)
     assert cli.returncode == 4, output

@@ -17,7 +17,6 @@ import dataclasses
 import http.client
 import itertools
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -29,8 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
-from servers.standin import (
+from vllm_slo.servers.standin import (
     FAULT_HEADER,
     FAULT_KINDS,
     READY_PREFIX,
@@ -611,11 +609,10 @@ def test_config_validation(kwargs: dict) -> None:
 
 
 def test_cli_ready_line_serves_and_stops_on_sigterm() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "servers.standin", "--port", "0", "--ttft", "0.03"]
+    cmd = [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", "--ttft", "0.03"]
     cmd += ["--itl", "0.005", "--model", "tiny"]
     with subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
         try:
             line = proc.stdout.readline().strip()
@@ -635,7 +632,6 @@ def test_cli_ready_line_serves_and_stops_on_sigterm() -> None:
 
 
 def test_cli_rejects_bad_config() -> None:
-    cmd = [sys.executable, "-m", "servers.standin", "--itl", "-1"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=10)
+    cmd = [sys.executable, "-m", "vllm_slo.servers.standin", "--itl", "-1"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=10)
     assert done.returncode == 2 and "itl_s" in done.stderr

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from loadtests.tokens import TokenCounter, local_token_counter
-from servers.tiny_model import train_tokenizer
+from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
+from vllm_slo.servers.tiny_model import train_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from loadtests.arrivals import arrival_offsets_s, users_at
-from scenarios.model import ArrivalSpec
+from vllm_slo.loadtests.arrivals import arrival_offsets_s, users_at
+from vllm_slo.scenarios.model import ArrivalSpec
 
 
 def spec(**fields) -> ArrivalSpec:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scenarios.cli import main
+from vllm_slo.cli import main
 
 
 def test_bad_override_exits_2_naming_key_value_and_choices(capsys: pytest.CaptureFixture

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 
-from reports.experiment import render_experiment
-from reports.saved_runs import compare_saved_runs, gate_saved_runs, plan_from_saved_run
-from reports.synthetic import write_synthetic_experiment as experiment
-from scenarios.errors import ExitCode, ScenarioError
-from scenarios.experiment import trial_order
+from tests.support.synthetic import write_synthetic_experiment as experiment
+from vllm_slo.experiment_runner import trial_order
+from vllm_slo.saved_runs import compare_saved_runs, gate_saved_runs, plan_from_saved_run
 
 
 def test_balanced_interleaving() -> None:
@@ -96,7 +96,7 @@ def test_experiment_and_comparison_summaries_follow_their_schema(tmp_path: Path)
 
 
 def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) -> None:
-    from scenarios.cli import main
+    from vllm_slo.cli import main
 
     run = experiment(tmp_path / "r", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05)
     render_experiment(run)

@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from loadtests.http_stream import HttpStreamClient, _ChunkedDecoder
+from vllm_slo.servers.http_stream import HttpStreamClient, _ChunkedDecoder
 
 DATA = Path(__file__).parent / "data"
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from reports.metrics import run_series, summarize
-from reports.samples import SAMPLE_SCHEMA
-from reports.statistics import Verdict
-from reports.verdicts import (
+from vllm_slo.reports.analysis.run_metrics import run_series, summarize
+from vllm_slo.reports.analysis.statistics import Verdict
+from vllm_slo.reports.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
     goodput,
     invalid_measurement_reasons,
     percentile_threshold_test,
 )
-from scenarios.errors import ExitCode
-from scenarios.slo import parse_error_rate_rule, parse_latency_rule, parse_rate_rule
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+from vllm_slo.scenarios.slo import parse_error_rate_rule, parse_latency_rule, parse_rate_rule
 
 T0 = 1_800_000_000.0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from loadtests.http_stream import StreamedResponse
-from loadtests.openai_stream import interpret, request_body
+from vllm_slo.loadtests.openai_stream import interpret, request_body
+from vllm_slo.servers.http_stream import StreamedResponse
 
 
 def chat_chunk(content: str | None = None, role: str | None = None,

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 import pyarrow.parquet as pq
 import pytest
-
-from loadtests.plan import (
+from vllm_slo.loadtests.plan import (
     LONG_DOC_MARGIN_TOKENS,
     PlannedRequest,
     RequestPlan,
@@ -20,9 +19,14 @@ from loadtests.plan import (
     read_plan,
     write_plan,
 )
-from loadtests.prompts import DOC_SEPARATOR, INSTRUCTIONS, WordTexts, flatten_for_completions
-from loadtests.tokens import TokenCounter, local_token_counter
-from scenarios.model import TrafficSpec
+from vllm_slo.loadtests.prompts import (
+    DOC_SEPARATOR,
+    INSTRUCTIONS,
+    WordTexts,
+    flatten_for_completions,
+)
+from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
+from vllm_slo.scenarios.model import TrafficSpec
 
 
 def traffic(profile: str = "chat", seed: int = 7, **sections: object) -> TrafficSpec:

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from test_report_outputs import make_run, synthesis
-
-from reports.figures import (
+from vllm_slo.reports.analysis.run_metrics import run_series
+from vllm_slo.reports.render.figures import (
     MAX_ECDF_POINTS,
     MAX_SCATTER_POINTS,
     MAX_TIME_BINS,
@@ -24,10 +24,9 @@ from reports.figures import (
     server_metrics_figure,
     server_panels,
 )
-from reports.html import build_view, render_html
-from reports.metrics import run_series
-from reports.run_report import read_server_metrics, render_run
-from reports.samples import SAMPLE_SCHEMA
+from vllm_slo.reports.render.html import build_view, render_html
+from vllm_slo.reports.run_report import read_server_metrics, render_run
+from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
 
 T0 = 1_800_000_000.0
 
@@ -170,7 +169,7 @@ def test_view_and_html_for_a_run_without_server_metrics(tmp_path) -> None:
 
 
 def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
-    from reports.samples import load_samples
+    from vllm_slo.reports.samples import load_samples
 
     run_dir = make_run(tmp_path)
     result = render_run(run_dir)
@@ -191,7 +190,7 @@ def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
 
 
 def test_load_rows_from_the_traffic_facts() -> None:
-    from reports.html import load_rows
+    from vllm_slo.reports.render.html import load_rows
 
     assert load_rows({"requests": {"measured": 0}}) == []
     summary = {"requests": {"measured": 200}, "traffic": {

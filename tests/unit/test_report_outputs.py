@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from vllm_slo.reports.run_report import render_run
 
-from reports import synthetic as synthesis
-from reports.run_report import render_run
+from tests.support import synthetic as synthesis
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "reports" / "schema" / "summary.schema.json").read_text())
@@ -124,7 +124,7 @@ def test_junit_invalid_measurement_is_an_error_everywhere(tmp_path: Path) -> Non
 
 
 def test_junit_survives_control_characters_and_markup(tmp_path: Path) -> None:
-    from reports.junit import render_junit
+    from vllm_slo.reports.render.junit import render_junit
 
     summary = json.loads(json.dumps(render_run(make_run(tmp_path)).summary))
     summary["slos"][1]["basis"] = "bell \x07 and <b>markup</b> & \"quotes\" \x1b[31m"
@@ -136,7 +136,7 @@ def test_junit_survives_control_characters_and_markup(tmp_path: Path) -> None:
 
 
 def test_summary_md_table_and_step_summary(rendered, tmp_path: Path, monkeypatch) -> None:
-    from reports.markdown import append_step_summary
+    from vllm_slo.reports.render.markdown import append_step_summary
 
     markdown = rendered.markdown_path.read_text()
     lines = markdown.splitlines()
@@ -162,7 +162,7 @@ def test_render_run_appends_to_github_step_summary(tmp_path: Path, monkeypatch) 
 
 
 def test_markdown_escapes_user_text() -> None:
-    from reports.markdown import escape
+    from vllm_slo.reports.render.markdown import escape
 
     assert escape("<script>alert(1)</script>") == "&lt;script&gt;alert\\(1\\)&lt;/script&gt;"
     assert escape("a | b\nc") == "a \\| b c"

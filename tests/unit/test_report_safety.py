@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+from vllm_slo.reports.redaction import REDACTED, redact_secrets, redact_text
+from vllm_slo.reports.render.html import script_json
+from vllm_slo.reports.run_report import render_run
 
-from reports import synthetic as synthesis
-from reports.html import script_json
-from reports.run_report import render_run
-from reports.text import REDACTED, redact_secrets, redact_text
+from tests.support import synthetic as synthesis
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'

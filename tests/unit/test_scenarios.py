@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from scenarios.errors import ExitCode, ScenarioError
-from scenarios.loader import load_scenario, shipped_scenarios
-from scenarios.model import ServerSpec
-from servers.vllm_server import engine_args_to_argv, plan_launch
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.vllm_server import engine_args_to_argv, plan_launch
 
 
 def test_every_shipped_scenario_is_valid() -> None:

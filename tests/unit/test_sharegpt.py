@@ -9,13 +9,12 @@ import random
 from pathlib import Path
 
 import pytest
-
-from loadtests import make_sharegpt_sample
-from loadtests.plan import FILTER_REASONS, build_plan, canonical_bytes
-from loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts
-from loadtests.tokens import TokenCounter, local_token_counter
-from scenarios.model import TrafficSpec
-from servers.tiny_model import train_tokenizer
+from vllm_slo.loadtests import make_sharegpt_sample
+from vllm_slo.loadtests.plan import FILTER_REASONS, build_plan, canonical_bytes
+from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts
+from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.servers.tiny_model import train_tokenizer
 
 
 @pytest.fixture(scope="session")

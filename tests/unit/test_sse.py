@@ -6,9 +6,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-
-from loadtests.http_stream import _ChunkedDecoder
-from loadtests.sse import SSEDecoder
+from vllm_slo.servers.http_stream import _ChunkedDecoder
+from vllm_slo.servers.sse import SSEDecoder
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
-
-from reports import statistics as st
-from reports.statistics import (
+from vllm_slo.reports.analysis import statistics as st
+from vllm_slo.reports.analysis.statistics import (
     Comparison,
     Estimate,
     Verdict,

@@ -8,10 +8,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-import loadtests.tokens as tokens_module
-from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
-from servers.tiny_model import tiny_model_dir
+import vllm_slo.loadtests.tokens as tokens_module
+from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
+from vllm_slo.servers.tiny_model import tiny_model_dir
 
 TEXTS = ["hello world", "", "The latency of the server, p99 = 0.25 s.", "日本語 text 🙂",
          "<|user|> special-looking text", " leading space", "x" * 5000]

@@ -8,9 +8,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from reports.metrics import LATENCY_METRICS, RunSummary
-from reports.statistics import Estimate
-from reports.verdicts import SloResult
+from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
+from vllm_slo.reports.analysis.statistics import Estimate
+from vllm_slo.reports.analysis.verdicts import SloResult
 
 SUMMARY_SCHEMA_VERSION = 1
 

@@ -16,8 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 import yaml
 from plotly.offline import get_plotlyjs
-
-from reports.comparison import (
+from vllm_slo.reports.analysis.comparison import (
     CellComparison,
     CellPlan,
     Group,
@@ -28,18 +27,18 @@ from reports.comparison import (
     plan_trials,
     reachability_warning,
 )
-from reports.figures import latency_ecdf_figure
-from reports.html import TEMPLATES, script_json
-from reports.metrics import LATENCY_METRICS, RunSeries
-from reports.run_report import RenderedRun
-from reports.statistics import Verdict, rate_estimate, slo_verdict
-from reports.summary import estimate_dict
-from reports.trials import Trial, cell_value, collect_trials
-from reports.verdicts import choose_exit_code
-from scenarios.loader import resolve_variants
-from scenarios.model import Scenario
-from scenarios.run_files import REPORT_FILE, SCENARIO_FILE, SUMMARY_FILE
-from scenarios.slo import SloRule
+from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
+from vllm_slo.reports.analysis.statistics import Verdict, rate_estimate, slo_verdict
+from vllm_slo.reports.analysis.summary import estimate_dict
+from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, collect_trials
+from vllm_slo.reports.analysis.verdicts import choose_exit_code
+from vllm_slo.reports.render.figures import latency_ecdf_figure
+from vllm_slo.reports.render.html import TEMPLATES, script_json
+from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import REPORT_FILE, SCENARIO_FILE, SUMMARY_FILE
+from vllm_slo.scenarios.slo import SloRule
 
 EXPERIMENT_SCHEMA_VERSION = 1
 PROVENANCE_KEYS = ("model_id", "vllm_version", "platform", "seed", "max_model_len")

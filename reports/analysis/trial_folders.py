@@ -10,11 +10,10 @@ from typing import Any
 
 import numpy as np
 import yaml
-
-from reports.metrics import RunSeries, run_series
-from reports.samples import load_samples
-from scenarios.model import Scenario
-from scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
+from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series
+from vllm_slo.reports.samples import load_samples
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
 
 THROUGHPUT_CELLS = ("output_throughput.mean", "request_throughput.mean")
 

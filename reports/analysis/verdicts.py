@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from reports.metrics import RunSeries, RunSummary
-from reports.statistics import (
+from vllm_slo.reports.analysis.run_metrics import RunSeries, RunSummary
+from vllm_slo.reports.analysis.statistics import (
     Estimate,
     Verdict,
     clopper_pearson_interval,
@@ -21,8 +20,8 @@ from reports.statistics import (
     quantile_effective_size,
     slo_verdict,
 )
-from scenarios.errors import ExitCode
-from scenarios.slo import SloRule
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.slo import SloRule
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from reports.statistics import (
+from vllm_slo.reports.analysis.statistics import (
     Comparison,
     Estimate,
     NonInferiority,
@@ -23,8 +22,8 @@ from reports.statistics import (
     trials_needed,
     with_holm,
 )
-from reports.trials import Trial, cell_value, lower_is_better
-from scenarios.units import format_duration_s
+from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, lower_is_better
+from vllm_slo.scenarios.units import format_duration_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,16 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import yaml
-
-from reports.samples import SAMPLE_SCHEMA, SAMPLES_DIR, SampleWriter, consolidate
-from scenarios.model import Scenario
-from scenarios.run_files import (
+from vllm_slo.reports.samples import consolidate
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import (
     PROVENANCE_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
     TRIALS_DIR,
 )
+from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA, SAMPLES_DIR, SampleWriter
 
 T0_UNIX_S = 1_800_000_000.0
 MODEL_LABELS = 'engine="0",model_name="tiny"'
@@ -217,7 +217,7 @@ EXPERIMENT_OVERRIDES = ["traffic.duration=20s", "traffic.warmup=0s",
 def write_synthetic_trial(folder: Path, scenario_doc: dict, ttft_s: float, trial_factor: float,
                           seed: int, provenance_seed: int = 7, requests: int = 200) -> None:
     """One trial folder: `requests` rows whose TTFT is ttft_s × trial_factor × noise, rendered."""
-    from reports.run_report import render_run
+    from vllm_slo.reports.run_report import render_run
     folder.mkdir(parents=True)
     (folder / SCENARIO_FILE).write_text(yaml.safe_dump(scenario_doc))
     (folder / PROVENANCE_FILE).write_text(json.dumps({
@@ -246,8 +246,9 @@ def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: i
                                noise: float, seed: int = 0, traffic_seed: int = 7) -> Path:
     """An experiment folder: variant name -> its TTFT; each trial scaled by a log-normal
     trial effect with sd `noise` (restart-to-restart variation), interleaved as a run does."""
-    from scenarios.experiment import trial_folder_name, trial_order
-    from scenarios.loader import load_scenario
+    from vllm_slo.scenarios.loader import load_scenario
+
+    from vllm_slo.experiment_runner import trial_folder_name, trial_order
     scenario, _ = load_scenario("chat", [*EXPERIMENT_OVERRIDES, f"trials={trials}",
                                          f"traffic.seed={traffic_seed}",
                                          "variants={" + ", ".join(f"{v}: {{}}" for v in variants)

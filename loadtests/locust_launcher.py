@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.arrivals import SCHEDULE_LEAD_S
-from scenarios.model import TrafficSpec
-from scenarios.run_files import LOCUST_LOG_FILE
+from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile.py"
-STAGES_LOCUSTFILE = REPO_ROOT / "loadtests" / "locustfile_stages.py"
+# absolute paths of the installed locustfiles: nothing depends on the working directory
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+STAGES_LOCUSTFILE = Path(__file__).resolve().parent / "locustfile_stages.py"
 STARTUP_ALLOWANCE_S = 120.0
 
 
@@ -58,7 +58,7 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]
                  "--run-time", f"{math.ceil(traffic.total_s)}s"]
     argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
              "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
-             "--vllm-slo-run-dir", str(run_dir)]
+             "--vllm-slo-run-dir", str(run_dir.resolve())]
     if traffic.processes > 1:
         argv += ["--processes", str(traffic.processes)]
     argv.append("OpenLoopUser" if arrival.open_loop else "ClosedLoopUser")
@@ -73,15 +73,14 @@ def run_locust(
     progress: Callable[[float, float], None] = lambda elapsed_s, planned_s: None,
     progress_interval_s: float = 5.0,
 ) -> LocustResult:
+    run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
     planned_s = traffic.total_s
     hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             locust_argv(run_dir, base_url, traffic), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT, start_new_session=True)
+            stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True)
     started = time.monotonic()
     next_progress = started + progress_interval_s
     stopped_early = None

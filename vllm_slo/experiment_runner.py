@@ -15,14 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from reports.experiment import render_experiment
-from reports.run_report import INTERRUPTED_REASON
-from reports.text import redact_secrets
-from scenarios.errors import ExitCode
-from scenarios.loader import resolve_variants
-from scenarios.model import Scenario
-from scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
-from scenarios.runner import Printer, RunOutcome, new_run_dir, run_scenario, run_trial
+from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.run_report import INTERRUPTED_REASON
+from vllm_slo.runner import Printer, RunOutcome, new_run_dir, run_scenario, run_trial
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
 
 
 def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:

@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from reports.text import (
+from vllm_slo.reports.redaction import redact_text
+from vllm_slo.reports.render.text import (
     format_latency,
     format_observed,
     format_threshold,
     outcome,
-    redact_text,
     requests_line,
     slo_name,
     verdict_counts,

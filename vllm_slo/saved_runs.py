@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reports.comparison import (
+from vllm_slo.reports.analysis.comparison import (
     Group,
     benchstat_table,
     center_estimate,
@@ -20,17 +20,17 @@ from reports.comparison import (
     plan_trials,
     reachability_warning,
 )
-from reports.experiment import (
+from vllm_slo.reports.analysis.statistics import Verdict
+from vllm_slo.reports.analysis.summary import estimate_dict
+from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, collect_trials, is_experiment
+from vllm_slo.reports.experiment_report import (
     comparison_dict,
     plan_dict,
     provenance_differences,
     render_experiment_html,
 )
-from reports.statistics import Verdict
-from reports.summary import estimate_dict
-from reports.trials import Trial, cell_value, collect_trials, is_experiment
-from scenarios.errors import ExitCode, ScenarioError
-from scenarios.run_files import REPORT_FILE, SUMMARY_FILE
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.scenarios.run_files import REPORT_FILE, SUMMARY_FILE
 
 GATE_IDENTITY = ("model_id", "vllm_version", "seed", "host", "workload")
 

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from scenarios.errors import ExitCode, ScenarioError, SloSuiteError
-from scenarios.loader import load_scenario, shipped_scenarios
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
+from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
 
 USAGE = __doc__ or ""
 
@@ -46,7 +46,7 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def command_run(arguments: Sequence[str], runs_root: Path) -> int:
-    from scenarios.experiment import run_experiment  # heavy imports only when running
+    from vllm_slo.experiment_runner import run_experiment  # heavy imports only when running
 
     scenario_ref, overrides = _split_run_arguments(arguments)
     scenario, path = load_scenario(scenario_ref, overrides)
@@ -60,9 +60,9 @@ def command_run(arguments: Sequence[str], runs_root: Path) -> int:
 
 
 def command_report(run_dir: Path) -> int:
-    from reports.experiment import render_experiment
-    from reports.run_report import render_run
-    from reports.trials import is_experiment, trial_folders
+    from vllm_slo.reports.analysis.trial_folders import is_experiment, trial_folders
+    from vllm_slo.reports.experiment_report import render_experiment
+    from vllm_slo.reports.run_report import render_run
 
     if not run_dir.is_dir():
         raise ScenarioError(f"run folder {run_dir} does not exist")
@@ -86,7 +86,7 @@ def _percent(text: str) -> float:
 
 
 def command_compare(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float) -> int:
-    from reports.saved_runs import compare_saved_runs
+    from vllm_slo.saved_runs import compare_saved_runs
 
     result = compare_saved_runs(list(run_dirs), cells, alpha)
     _say(result.text)
@@ -95,7 +95,7 @@ def command_compare(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha
 
 def command_gate(candidate: Path, baseline: Path, margin: float, cells: Sequence[str] | None,
                  force: bool) -> int:
-    from reports.saved_runs import gate_saved_runs
+    from vllm_slo.saved_runs import gate_saved_runs
 
     result = gate_saved_runs(candidate, baseline, margin, cells, force)
     _say(result.text)
@@ -103,7 +103,7 @@ def command_gate(candidate: Path, baseline: Path, margin: float, cells: Sequence
 
 
 def command_plan(run_dir: Path, effect: float, alpha: float) -> int:
-    from reports.saved_runs import plan_from_saved_run
+    from vllm_slo.saved_runs import plan_from_saved_run
 
     _say(plan_from_saved_run(run_dir, effect, alpha))
     return ExitCode.PASS

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from loadtests.sse import SSEDecoder
+from vllm_slo.servers.sse import SSEDecoder
 
 _RECV_BYTES = 65536
 

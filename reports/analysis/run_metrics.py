@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-
-from reports.statistics import (
+from vllm_slo.reports.analysis.statistics import (
     Estimate,
     mean_estimate,
     percentile_estimate,

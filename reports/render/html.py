@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
-
-from reports.figures import (
+from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
+from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.reports.render.figures import (
     build_health,
     build_server_series,
     build_timeline,
@@ -37,20 +38,17 @@ from reports.figures import (
     throughput_figure,
     timeline_figure,
 )
-from reports.metrics import METRIC_TITLES, RunSeries, error_kind
-from reports.text import (
+from vllm_slo.reports.render.text import (
     format_interval,
     format_latency,
     format_observed,
     format_rate,
     format_threshold,
     outcome,
-    redact_secrets,
-    redact_text,
     slo_name,
     verdict_counts,
 )
-from scenarios.units import format_duration_s
+from vllm_slo.scenarios.units import format_duration_s
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ERROR_EXAMPLE_CHARS = 300

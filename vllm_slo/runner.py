@@ -14,17 +14,16 @@ from pathlib import Path
 
 import yaml
 
-from loadtests.arrivals import arrival_offsets_s
-from loadtests.http_stream import HttpStreamClient
-from loadtests.plan import RequestPlan, build_plan, write_plan
-from loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
-from reports.run_report import RenderedRun, render_run
-from reports.samples import consolidate, read_streams, stream_files
-from reports.text import redact_secrets
-from scenarios.errors import ExitCode, ScenarioError, ServerError
-from scenarios.locust_process import run_locust
-from scenarios.model import Scenario, TrafficSpec
-from scenarios.run_files import (
+from vllm_slo.loadtests.arrivals import arrival_offsets_s
+from vllm_slo.loadtests.locust_launcher import run_locust
+from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
+from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.run_report import RenderedRun, render_run
+from vllm_slo.reports.samples import consolidate, read_streams, stream_files
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.model import Scenario, TrafficSpec
+from vllm_slo.scenarios.run_files import (
     LOCUST_CONFIG_FILE,
     PLAN_FILE,
     PROVENANCE_FILE,
@@ -33,11 +32,14 @@ from scenarios.run_files import (
     SERVER_METRICS_FILE,
     STATUS_FILE,
 )
-from servers.host import detect_platform, git_commit, host_facts
-from servers.metrics import MetricsRecorder, prefix_cache_hit_rate
-from servers.vllm_server import REPO_ROOT, AttachedServer, launch_vllm
+from vllm_slo.servers.host import detect_platform, git_commit, host_facts
+from vllm_slo.servers.http_stream import HttpStreamClient
+from vllm_slo.servers.metrics_scrape import MetricsRecorder, prefix_cache_hit_rate
+from vllm_slo.servers.vllm_server import AttachedServer, launch_vllm
 
 Printer = Callable[[str], None]
+# a source checkout (git) when the suite runs from one; an installed wheel has no commit
+SOURCE_CHECKOUT = Path(__file__).resolve().parent.parent
 MAX_CLOSED_LOOP_PLAN = 20_000
 # a lower bound on one request's latency, to size closed-loop plans (a long document's prefill
 # and decode take far longer than a chat turn on any hardware)
@@ -53,6 +55,7 @@ class RunOutcome:
 
 def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    runs_root = runs_root.resolve()  # relative to where the user stands, absolute from here on
     run_dir = runs_root / f"{stamp}-{scenario_name}"
     suffix = 1
     while run_dir.exists():
@@ -67,6 +70,12 @@ def _version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _suite_commit() -> str | None:
+    if not (SOURCE_CHECKOUT / ".git").exists():
+        return None  # installed from a wheel (site-packages may sit inside someone's repo)
+    return git_commit(SOURCE_CHECKOUT)
 
 
 def progress_line(run_dir: Path, elapsed_s: float, planned_s: float) -> str:
@@ -143,6 +152,7 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
 def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
               ) -> tuple[ExitCode, RenderedRun]:
     """One full run in `run_dir`: server up, plan, cache reset, Locust, server down, report."""
+    run_dir = run_dir.resolve()  # child processes get absolute paths only
     run_dir.mkdir(parents=True, exist_ok=True)
     # secrets belong in the environment, referenced by name (server.api_key_env): values that
     # look like credentials never reach a file
@@ -155,7 +165,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
     status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
                                  "interrupted": False, "warnings": []}
     provenance: dict[str, object] = {
-        "suite_version": _version("vllm-slo"), "suite_git_commit": git_commit(REPO_ROOT),
+        "suite_version": _version("vllm-slo"), "suite_git_commit": _suite_commit(),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
         "seed": traffic.seed, "started_utc": datetime.now(timezone.utc).isoformat(),
         "command_line": redact_secrets(sys.argv),

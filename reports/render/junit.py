@@ -17,12 +17,11 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from reports.text import (
+from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,
     outcome,
-    redact_secrets,
-    redact_text,
     render_table,
     slo_label,
 )
