@@ -1,0 +1,141 @@
+"""The layout explains itself only if imports go one way (README "Layout"):
+
+    vllm_slo  ->  reports, loadtests, servers  ->  scenarios
+
+`loadtests` may also use `servers` (the streaming HTTP client that readiness, /metrics scraping
+and the Locust users share lives there); `servers` never imports `loadtests`; `reports` imports
+only `scenarios`; inside `reports`, `analysis` never imports `render`. Every import of the
+suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
+module), and only the locustfiles import locust or gevent. Checked statically on the source.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = ("scenarios", "servers", "loadtests", "reports")
+PACKAGE_FOLDERS = {"vllm_slo": REPO / "vllm_slo", **{name: REPO / name for name in LAYERS}}
+ALLOWED: dict[str, set[str]] = {
+    "vllm_slo": {"vllm_slo", *LAYERS},
+    "reports": {"reports", "scenarios"},
+    "loadtests": {"loadtests", "servers", "scenarios"},
+    "servers": {"servers", "scenarios"},
+    "scenarios": {"scenarios"},
+}
+LOCUST_NAMES = ("locust", "gevent")
+
+
+@dataclass(frozen=True)
+class Import:
+    source: Path  # the importing file
+    line: int
+    module: str  # absolute dotted name as written (level > 0 for relative imports)
+    level: int
+
+    def __str__(self) -> str:
+        return f"{self.source.relative_to(REPO)}:{self.line}: {'.' * self.level}{self.module}"
+
+
+def imports_in(path: Path) -> list[Import]:
+    """Every import statement in a file, function-level ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [Import(path, node.lineno, alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append(Import(path, node.lineno, node.module or "", node.level))
+    return found
+
+
+def package_of_file(path: Path) -> str:
+    return path.relative_to(REPO).parts[0]
+
+
+def package_of_module(module: str) -> str | None:
+    """The layer a `vllm_slo...` module belongs to; None for third-party modules."""
+    parts = module.split(".")
+    if parts[0] != "vllm_slo":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "vllm_slo"
+
+
+def source_files() -> list[Path]:
+    files = [path for folder in PACKAGE_FOLDERS.values() for path in folder.rglob("*.py")]
+    assert len(files) > 40, "the source tree was not found"
+    return sorted(files)
+
+
+def all_imports() -> list[Import]:
+    return [item for path in source_files() for item in imports_in(path)]
+
+
+def uphill_imports(imports: list[Import]) -> list[str]:
+    offenders = []
+    for item in imports:
+        target = package_of_module(item.module)
+        if target is not None and target not in ALLOWED[package_of_file(item.source)]:
+            offenders.append(f"{item}  ({package_of_file(item.source)} -> {target})")
+    return offenders
+
+
+def test_imports_only_go_downhill() -> None:
+    assert uphill_imports(all_imports()) == []
+
+
+def test_the_check_catches_an_uphill_import() -> None:
+    """The rule above is not vacuous: a scenarios module importing the orchestrator, or a
+    server module importing the Locust side, is reported."""
+    fake = [Import(REPO / "scenarios" / "model.py", 1, "vllm_slo.runner", 0),
+            Import(REPO / "servers" / "readiness.py", 2, "vllm_slo.loadtests.plan", 0),
+            Import(REPO / "reports" / "samples.py", 3, "vllm_slo.servers.host", 0),
+            Import(REPO / "loadtests" / "plan.py", 4, "vllm_slo.scenarios.model", 0)]
+    assert len(uphill_imports(fake)) == 3
+
+
+def test_one_import_path_per_module() -> None:
+    """No relative imports and no bare `scenarios.` / `reports.` ... (which would load a
+    second copy of a module under another name in a checkout)."""
+    offenders = [str(item) for item in all_imports()
+                 if item.level > 0 or item.module.split(".")[0] in LAYERS]
+    assert offenders == []
+
+
+def test_reports_analysis_never_imports_rendering() -> None:
+    analysis = [item for item in all_imports()
+                if item.source.is_relative_to(REPO / "reports" / "analysis")]
+    assert analysis, "reports/analysis has no imports at all?"
+    offenders = [str(item) for item in analysis
+                 if item.module.startswith(("vllm_slo.reports.render",
+                                            "vllm_slo.reports.run_report",
+                                            "vllm_slo.reports.experiment_report"))]
+    assert offenders == []
+
+
+def test_locust_is_imported_only_by_locustfiles() -> None:
+    imports = all_imports()
+    locust_imports = [item for item in imports if item.module.split(".")[0] in LOCUST_NAMES]
+    assert locust_imports, "the locustfiles import locust: the scan must see them"
+    offenders = [str(item) for item in locust_imports
+                 if not (package_of_file(item.source) == "loadtests"
+                         and item.source.name.startswith("locustfile"))]
+    assert offenders == []
+
+
+def test_every_source_folder_is_a_mapped_package() -> None:
+    """Each folder holding modules is a package listed in pyproject (else the wheel drops it)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(project["packages"])
+    mapped = project["package-dir"]
+    for path in source_files():
+        folder = path.parent
+        top = folder.relative_to(REPO).parts[0]
+        inner = folder.relative_to(PACKAGE_FOLDERS[top]).parts
+        name = ".".join(("vllm_slo", *([] if top == "vllm_slo" else [top]), *inner))
+        assert name in listed, f"{folder.relative_to(REPO)} is not listed as {name}"
+        assert (folder / "__init__.py").is_file(), f"{folder} has no __init__.py"
+    assert {mapped[f"vllm_slo.{layer}"] for layer in LAYERS} == set(LAYERS)
