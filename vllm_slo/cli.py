@@ -16,18 +16,24 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
 
 USAGE = __doc__ or ""
+Writer = Callable[[str], None]
 
 
-def _say(text: str) -> None:
+def _stdout(text: str) -> None:
+    """Print a line; a line starting with a carriage return redraws the terminal's last line."""
     end = "" if text.startswith("\r") else "\n"
     print(text, end=end, flush=True)
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
@@ -45,36 +51,18 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
     return scenario_ref, overrides
 
 
-def command_run(arguments: Sequence[str], runs_root: Path) -> int:
+def command_run(arguments: Sequence[str], runs_root: Path, say: Writer) -> int:
     from vllm_slo.experiment_runner import run_experiment  # heavy imports only when running
 
     scenario_ref, overrides = _split_run_arguments(arguments)
     scenario, path = load_scenario(scenario_ref, overrides)
-    _say(f"scenario {scenario.name} from {path}")
-    outcome = run_experiment(scenario, runs_root, _say)
+    say(f"scenario {scenario.name} from {path}")
+    outcome = run_experiment(scenario, runs_root, say)
     if outcome.rendered is not None:
-        _say("\n" + outcome.rendered.text)
-        _say(f"\nreport: {outcome.rendered.report_path}")
-    _say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
+        say("\n" + outcome.rendered.text)
+        say(f"\nreport: {outcome.rendered.report_path}")
+    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
     return int(outcome.exit_code)
-
-
-def command_report(run_dir: Path) -> int:
-    from vllm_slo.reports.analysis.trial_folders import is_experiment, trial_folders
-    from vllm_slo.reports.experiment_report import render_experiment
-    from vllm_slo.reports.run_report import render_run
-
-    if not run_dir.is_dir():
-        raise ScenarioError(f"run folder {run_dir} does not exist")
-    if is_experiment(run_dir):
-        for trial_dir, _, _ in trial_folders(run_dir):  # every output, trials included
-            render_run(trial_dir)
-        rendered = render_experiment(run_dir)
-    else:
-        rendered = render_run(run_dir)
-    _say(rendered.text)
-    _say(f"\nreport: {rendered.report_path}")
-    return int(rendered.summary["exit_code"])
 
 
 def _percent(text: str) -> float:
@@ -85,35 +73,12 @@ def _percent(text: str) -> float:
             f"expected a percentage like 5% or 0.05, got {text!r}") from None
 
 
-def command_compare(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float) -> int:
-    from vllm_slo.saved_runs import compare_saved_runs
-
-    result = compare_saved_runs(list(run_dirs), cells, alpha)
-    _say(result.text)
-    return ExitCode.PASS
-
-
-def command_gate(candidate: Path, baseline: Path, margin: float, cells: Sequence[str] | None,
-                 force: bool) -> int:
-    from vllm_slo.saved_runs import gate_saved_runs
-
-    result = gate_saved_runs(candidate, baseline, margin, cells, force)
-    _say(result.text)
-    return int(result.exit_code)
-
-
-def command_plan(run_dir: Path, effect: float, alpha: float) -> int:
-    from vllm_slo.saved_runs import plan_from_saved_run
-
-    _say(plan_from_saved_run(run_dir, effect, alpha))
-    return ExitCode.PASS
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-slo", description=USAGE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"),
-                        help="where run folders are created (default: ./runs)")
+                        help="where run folders are created, relative to the current "
+                             "directory (default: ./runs)")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario")
     run.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
@@ -139,42 +104,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dispatch(options: argparse.Namespace, say: Writer) -> int:
+    """Call the library for one parsed command; print its text; return its exit code."""
+    if options.command == "run":
+        return command_run(options.arguments, options.runs_dir, say)
+    if options.command == "scenarios":
+        say("\n".join(shipped_scenarios()))
+        return ExitCode.PASS
+    from vllm_slo import saved_runs  # heavy imports only for the saved-run commands
+
+    if options.command == "report":
+        result = saved_runs.report_saved_run(options.run_dir)
+    elif options.command == "compare":
+        result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha)
+    elif options.command == "gate":
+        result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
+                                            options.margin, options.cells, options.force)
+    else:
+        result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha)
+    say(result.text)
+    return int(result.exit_code)
+
+
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
+         complain: Writer = _stderr) -> int:
+    """Parse, call, print through `say` (errors through `complain`), return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and "=" in arguments[0] and not arguments[0].startswith("-"):
         arguments = ["run", *arguments]  # `vllm-slo scenario=chat` == `vllm-slo run ...`
-    parser = _parser()
     try:
-        options = parser.parse_args(arguments)
+        options = _parser().parse_args(arguments)
     except SystemExit as exit_:
         return ExitCode.USAGE_ERROR if exit_.code else ExitCode.PASS
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        if options.command == "run":
-            return command_run(options.arguments, options.runs_dir)
-        if options.command == "report":
-            return command_report(options.run_dir)
-        if options.command == "compare":
-            return command_compare(options.run_dirs, options.cells, options.alpha)
-        if options.command == "gate":
-            return command_gate(options.candidate, options.baseline, options.margin,
-                                options.cells, options.force)
-        if options.command == "plan":
-            return command_plan(options.run_dir, options.effect, options.alpha)
-        print("\n".join(shipped_scenarios()))
-        return ExitCode.PASS
+        return _dispatch(options, say)
     except SloSuiteError as error:
-        print(f"vllm-slo: error: {error}", file=sys.stderr)
+        complain(f"vllm-slo: error: {error}")
         return int(error.exit_code)
 
 
-def entry_point() -> None:
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    entry_point()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Offline work on saved run folders: `vllm-slo compare`, `vllm-slo gate`, `vllm-slo plan`.
+"""Offline work on saved run folders: `vllm-slo report`, `compare`, `gate` and `plan`.
 A single-run folder is one trial; an experiment folder contributes one group per variant."""
 
 from __future__ import annotations
@@ -22,13 +22,21 @@ from vllm_slo.reports.analysis.comparison import (
 )
 from vllm_slo.reports.analysis.statistics import Verdict
 from vllm_slo.reports.analysis.summary import estimate_dict
-from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, collect_trials, is_experiment
+from vllm_slo.reports.analysis.trial_folders import (
+    Trial,
+    cell_value,
+    collect_trials,
+    is_experiment,
+    trial_folders,
+)
 from vllm_slo.reports.experiment_report import (
     comparison_dict,
     plan_dict,
     provenance_differences,
+    render_experiment,
     render_experiment_html,
 )
+from vllm_slo.reports.run_report import render_run
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.run_files import REPORT_FILE, SUMMARY_FILE
 
@@ -156,6 +164,25 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
             ExitCode.INCONCLUSIVE if Verdict.INCONCLUSIVE in verdicts else ExitCode.PASS)
     lines.append(f"exit code {int(code)} ({code.name})")
     return CommandResult("\n".join(lines), code)
+
+
+def report_saved_run(run_dir: Path) -> CommandResult:
+    """Rebuild every output of a run folder from the folder alone; an experiment re-renders
+    each trial's outputs first, then its own."""
+    if not run_dir.is_dir():
+        raise ScenarioError(f"run folder {run_dir} does not exist")
+    if is_experiment(run_dir):
+        for trial_dir, _, _ in trial_folders(run_dir):
+            render_run(trial_dir)
+        rendered = render_experiment(run_dir)
+    else:
+        rendered = render_run(run_dir)
+    return CommandResult(f"{rendered.text}\n\nreport: {rendered.report_path}",
+                         ExitCode(rendered.summary["exit_code"]), rendered.report_path)
+
+
+def plan_saved_run(run_dir: Path, effect: float, alpha: float) -> CommandResult:
+    return CommandResult(plan_from_saved_run(run_dir, effect, alpha), ExitCode.PASS)
 
 
 def plan_from_saved_run(run_dir: Path, effect: float, alpha: float) -> str:

@@ -31,3 +31,13 @@ def test_unknown_subcommand_is_usage_error(capsys: pytest.CaptureFixture) -> Non
 def test_lists_shipped_scenarios(capsys: pytest.CaptureFixture) -> None:
     assert main(["scenarios"]) == 0
     assert "chat" in capsys.readouterr().out.split()
+
+
+def test_output_goes_through_the_injected_writers() -> None:
+    said: list[str] = []
+    complained: list[str] = []
+    assert main(["scenarios"], say=said.append, complain=complained.append) == 0
+    assert "chat" in said[0].split() and complained == []
+    assert main(["plan", "/nonexistent/run"], say=said.append,
+                complain=complained.append) == 2
+    assert len(said) == 1 and "does not exist" in complained[0]
