@@ -41,9 +41,3 @@ class ServerConfigError(ServerError):
     """vLLM itself rejected the engine arguments (argparse or config validation)."""
 
     exit_code = ExitCode.USAGE_ERROR
-
-
-class LoadGeneratorError(SloSuiteError):
-    """Locust failed to start or crashed; the measurement is unusable."""
-
-    exit_code = ExitCode.INVALID_MEASUREMENT

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from vllm_slo.scenarios.units import parse_duration_s
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
-RATE_METRICS = ("output_throughput", "request_throughput")
 COMPARATORS = ("<", "<=", ">", ">=")
 
 _LATENCY_RULE = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s*(<=|>=|<|>)\s*(\S+(?:\s*\S+)?)\s*$")

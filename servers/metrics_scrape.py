@@ -15,8 +15,6 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_slo.servers.http_stream import HttpStreamClient
 
-_KEPT_SUFFIXES = ("", "_total", "_sum", "_count")
-
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:
     """Prometheus text -> {'vllm:num_requests_running{engine="0",...}': 3.0, ...}, for the

@@ -324,7 +324,6 @@ def percentile_estimate(
     series_time_ordered: np.ndarray,
     percentile: float,
     confidence: float = 0.95,
-    seed: int = 0,
 ) -> Estimate:
     """A percentile of one run with a CI that accounts for autocorrelation between requests.
 
@@ -341,9 +340,8 @@ def percentile_estimate(
     percentile gives ``value=None`` and the warning
     ``"insufficient samples for p99 (need >= N, have M)"`` with N and M in requests (N assumes
     the autocorrelation stays as measured). NaNs are dropped (with a warning). The method is
-    deterministic; ``seed`` is accepted for API stability and not used.
+    deterministic.
     """
-    del seed  # deterministic method
     if not (0.0 <= percentile <= 100.0) or math.isnan(percentile):
         raise ValueError(f"percentile must be within [0, 100], got {percentile!r}")
     _check_confidence(confidence)
@@ -776,7 +774,6 @@ def non_inferiority(
     margin: float,
     lower_is_better: bool = True,
     confidence: float = 0.95,
-    seed: int = 0,
 ) -> NonInferiority:
     """Release gate: is the candidate no worse than the baseline by more than ``margin``?
 
@@ -791,7 +788,6 @@ def non_inferiority(
     the upper bound < 1 - margin. Everything else is INCONCLUSIVE. With a two-sided 95% interval
     the chance of a false PASS at a true ratio of exactly the margin is 2.5%.
     """
-    del seed  # deterministic method
     _check_confidence(confidence)
     if not (0.0 <= margin < 1.0) or math.isnan(margin):
         raise ValueError(f"margin must be within [0, 1), got {margin!r}")
