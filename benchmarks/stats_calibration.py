@@ -39,11 +39,13 @@ from scipy import signal, stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_slo.reports.analysis.statistics import (
-    compare_trials,
     goodput_estimate,
     mean_estimate,
-    non_inferiority,
     percentile_estimate,
+)
+from vllm_slo.reports.analysis.trial_statistics import (
+    compare_trials,
+    non_inferiority,
     trials_needed,
 )
 

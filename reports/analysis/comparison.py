@@ -10,19 +10,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.reports.analysis.statistics import Estimate, across_trials_estimate
+from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, lower_is_better
+from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
-    Estimate,
     NonInferiority,
     TrialPlan,
-    across_trials_estimate,
     compare_trials,
     min_p_value_mann_whitney,
     non_inferiority,
     trials_needed,
     with_holm,
 )
-from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, lower_is_better
 from vllm_slo.scenarios.units import format_duration_s
 
 

@@ -12,25 +12,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
+from vllm_slo.reports.analysis import effective_size, inputs, trial_statistics
 from vllm_slo.reports.analysis import statistics as st
+from vllm_slo.reports.analysis.effective_size import effective_sample_size, lag1_autocorrelation
 from vllm_slo.reports.analysis.statistics import (
-    Comparison,
     Estimate,
     Verdict,
     across_trials_estimate,
-    compare_trials,
-    effective_sample_size,
     goodput_estimate,
-    hodges_lehmann,
-    holm_adjust,
-    lag1_autocorrelation,
     mean_estimate,
-    min_p_value_mann_whitney,
-    non_inferiority,
     order_statistic_interval,
     percentile_estimate,
     rate_estimate,
     slo_verdict,
+)
+from vllm_slo.reports.analysis.trial_statistics import (
+    Comparison,
+    compare_trials,
+    hodges_lehmann,
+    holm_adjust,
+    min_p_value_mann_whitney,
+    non_inferiority,
     trials_needed,
     with_holm,
 )
@@ -58,15 +60,16 @@ def test_results_are_frozen_slotted_dataclasses() -> None:
     result = percentile_estimate(np.arange(100.0), 50)
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.value = 0.0  # type: ignore[misc]
-    for cls in (Estimate, Comparison, st.NonInferiority, st.TrialPlan):
+    for cls in (Estimate, Comparison, trial_statistics.NonInferiority, trial_statistics.TrialPlan):
         assert dataclasses.is_dataclass(cls)
         assert hasattr(cls, "__slots__")
     assert isinstance(result.warnings, tuple)
     assert Verdict.PASS == "PASS" and Verdict("INCONCLUSIVE") is Verdict.INCONCLUSIVE
 
 
-def test_module_is_pure_no_io_printing_or_plotting() -> None:
-    tree = ast.parse(Path(st.__file__).read_text())
+@pytest.mark.parametrize("module", [inputs, effective_size, st, trial_statistics])
+def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
+    tree = ast.parse(Path(module.__file__).read_text())
     called = {node.func.id for node in ast.walk(tree)
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert not called & {"print", "open", "input"}
@@ -74,8 +77,13 @@ def test_module_is_pure_no_io_printing_or_plotting() -> None:
                 if isinstance(node, ast.Import | ast.ImportFrom)
                 for alias in (node.names if isinstance(node, ast.Import)
                               else [ast.alias(node.module or "")])}
+    imported_here = {node.module for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module
+                     and node.module.startswith("vllm_slo")}
     assert imported <= {"__future__", "math", "collections", "dataclasses", "enum", "functools",
-                        "numpy", "scipy"}
+                        "numpy", "scipy", "vllm_slo"}
+    assert imported_here <= {f"vllm_slo.reports.analysis.{name}" for name in
+                             ("inputs", "effective_size", "statistics")}
 
 
 # --- autocorrelation and effective sample size ---------------------------------------------
@@ -489,7 +497,7 @@ def test_trials_needed_follows_the_normal_approximation() -> None:
     cv, effect = 0.2, 0.1
     sigma, delta = math.sqrt(math.log1p(cv**2)), math.log1p(effect)
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
-    approximate = 2 * z**2 * (sigma / delta) ** 2 / st.MW_PLANNING_EFFICIENCY
+    approximate = 2 * z**2 * (sigma / delta) ** 2 / trial_statistics.MW_PLANNING_EFFICIENCY
     plan = trials_needed(cv, effect)
     assert plan.trials_per_variant is not None
     assert approximate <= plan.trials_per_variant <= approximate + 3

@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from vllm_slo.reports.analysis.statistics import min_p_value_mann_whitney, percentile_estimate
+from vllm_slo.reports.analysis.statistics import percentile_estimate
+from vllm_slo.reports.analysis.trial_statistics import min_p_value_mann_whitney
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ calibration = _load_calibration()
 
 def test_simulated_series_have_the_intended_autocorrelation() -> None:
     import numpy as np
-    from vllm_slo.reports.analysis.statistics import lag1_autocorrelation
+    from vllm_slo.reports.analysis.effective_size import lag1_autocorrelation
 
     rng = np.random.default_rng(0)
     z = calibration.ar1_standard(np.array([0.5, 0.9]), 200_000, rng)
