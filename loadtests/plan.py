@@ -23,12 +23,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_slo.loadtests.plan_fitting import (
+    Candidate,
+    Message,
+    Tally,
+    accept_fitted,
+    count_tokens,
+    fit_to_context,
+    generate_until,
+)
 from vllm_slo.loadtests.prompts import (
     DEFAULT_SHAREGPT_PATH,
     DOC_SEPARATOR,
@@ -45,11 +53,7 @@ PLAN_METADATA_KEY = b"vllm_slo.plan"
 LONG_DOC_MARGIN_TOKENS = 64  # default max_doc_tokens = max_model_len - output_tokens - this
 FILTER_REASONS = ("malformed", "no_reply", "prompt_too_short", "prompt_too_long",
                   "output_too_short", "output_too_long", "total_too_long")
-_FIX_ROUNDS = 4
-_TRIM_ROUNDS = 60
 _SHAREGPT_CHUNK = 256  # conversations counted per count_many call
-_MIN_BATCH = 16  # conversations generated per round at least
-_GIVE_UP_AFTER = 1000  # consecutive rejected requests before concluding nothing fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,227 +94,36 @@ def plan_sha256(requests: Iterable[PlannedRequest]) -> str:
     return digest.hexdigest()
 
 
-# ------------------------------------------------------------------------------ internals
-class _Message:
-    """A message under construction: content = body + suffix; the body may be adjusted or
-    trimmed, the suffix (a long-doc instruction) never is. Shared between the turns of one
-    conversation, so each distinct message is counted once."""
-
-    __slots__ = ("body", "floor", "generated", "role", "suffix", "target", "tokens")
-
-    def __init__(self, role: str, body: str, suffix: str = "", target: int = -1,
-                 generated: bool = False, floor: int = 1) -> None:
-        self.role = role
-        self.body = body
-        self.suffix = suffix
-        self.target = target  # wanted token count of the content (generated texts)
-        self.generated = generated
-        self.floor = floor  # fewest tokens trimming may leave
-        self.tokens = -1
-
-    @property
-    def content(self) -> str:
-        return self.body + self.suffix
-
-
-@dataclass(slots=True)
-class _Candidate:
-    conversation_id: int
-    turn: int
-    messages: list[_Message]
-    max_tokens: int
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(message.tokens for message in self.messages)
-
-
-@dataclass(slots=True)
-class _Tally:
-    trimmed: int = 0
-    rejected: int = 0
-    filtered: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-
-def _count(messages: Sequence[_Message], counter: TokenCounter,
-           words: WordTexts | None = None) -> int:
-    """Measure every message not yet counted; bring generated texts to their targets (a few
-    rounds of one count_many call each). Returns how many generated texts still miss."""
-    todo = list({id(m): m for m in messages if m.tokens < 0}.values())
-    for round_ in range(_FIX_ROUNDS + 1):
-        if not todo:
-            break
-        for message, tokens in zip(todo, counter.count_many([m.content for m in todo]),
-                                   strict=True):
-            message.tokens = tokens
-        todo = [m for m in todo if m.generated and m.tokens != m.target]
-        if words is None or round_ == _FIX_ROUNDS:
-            break
-        for message in todo:
-            message.body = words.adjust(message.body, message.tokens, message.target)
-    return len(todo)
-
-
-def _trim_many(jobs: list[tuple[_Message, int]], counter: TokenCounter) -> list[_Message]:
-    """Shorten each message's body until its content has at most `budget` tokens, all jobs in
-    lockstep (one count_many call per round): interpolation search over cut positions, snapped
-    back to a space where one is near. Returns new messages; the originals stay untouched."""
-    if not jobs:
-        return []
-    bare = counter.count_many([message.suffix for message, _ in jobs])  # body cut to nothing
-    states = [{"message": message, "budget": budget, "lo": 0, "lo_tokens": floor,
-               "hi": len(message.body), "hi_tokens": message.tokens}
-              for (message, budget), floor in zip(jobs, bare, strict=True)]
-    for round_ in range(_TRIM_ROUNDS):
-        active = [s for s in states if s["hi"] - s["lo"] > 1 and s["lo_tokens"] < s["budget"]]
-        if not active:
-            break
-        cuts = []
-        for state in active:
-            lo, hi = state["lo"], state["hi"]
-            if round_ % 3 == 2:  # a bisection step now and then bounds the worst case
-                guess = (lo + hi) // 2
-            else:  # interpolation: token counts grow nearly linearly with characters
-                span = max(1, state["hi_tokens"] - state["lo_tokens"])
-                guess = lo + round((hi - lo) * (state["budget"] - state["lo_tokens"]) / span)
-            guess = min(hi - 1, max(lo + 1, guess))
-            space = state["message"].body.rfind(" ", lo + 1, guess + 1)
-            cut = space if space > lo and guess - space < 24 else guess
-            cuts.append(cut)
-        texts = [s["message"].body[:cut] + s["message"].suffix for s, cut in zip(active, cuts,
-                                                                                  strict=True)]
-        for state, cut, tokens in zip(active, cuts, counter.count_many(texts), strict=True):
-            if tokens <= state["budget"]:
-                state["lo"], state["lo_tokens"] = cut, tokens
-            else:
-                state["hi"], state["hi_tokens"] = cut, tokens
-    out = []
-    for state in states:
-        old = state["message"]
-        new = _Message(old.role, old.body[: state["lo"]], old.suffix, floor=old.floor)
-        new.tokens = state["lo_tokens"]
-        out.append(new)
-    return out
-
-
-def _fit(candidates: list[_Candidate], max_model_len: int | None, policy: str,
-         counter: TokenCounter) -> list[_Candidate | None]:
-    """Apply the overlong policy: the fitting candidate (maybe trimmed), or None (rejected).
-    Trimming takes tokens from the longest non-system messages first (the system prompt is
-    shared by every conversation), never below a message's floor. The counts are taken later,
-    in plan order, so a plan's counts cover exactly its own requests."""
-    if max_model_len is None:
-        return list(candidates)
-    result: list[_Candidate | None] = []
-    jobs: list[tuple[_Message, int]] = []
-    where: list[tuple[int, int]] = []
-    for position, candidate in enumerate(candidates):
-        excess = candidate.prompt_tokens + candidate.max_tokens - max_model_len
-        if excess <= 0:
-            result.append(candidate)
-            continue
-        if policy == "reject":
-            result.append(None)
-            continue
-        order = sorted(range(len(candidate.messages)), key=lambda i: (
-            candidate.messages[i].role == "system", -candidate.messages[i].tokens, -i))
-        cuts = []
-        for i in order:
-            message = candidate.messages[i]
-            take = min(excess, max(0, message.tokens - message.floor))
-            if take > 0:
-                cuts.append((i, message.tokens - take))
-                excess -= take
-            if excess <= 0:
-                break
-        if excess > 0:  # cannot fit even trimmed to the floors (max_tokens too large)
-            result.append(None)
-            continue
-        copy = _Candidate(candidate.conversation_id, candidate.turn, list(candidate.messages),
-                          candidate.max_tokens)
-        for i, budget in cuts:
-            jobs.append((copy.messages[i], budget))
-            where.append((position, i))
-        result.append(copy)
-    for (position, i), message in zip(where, _trim_many(jobs, counter), strict=True):
-        result[position].messages[i] = message  # type: ignore[union-attr]
-    return result
-
-
-def _accept(candidate: _Candidate | None, original: _Candidate, out: list[_Candidate],
-            tally: _Tally) -> None:
-    if candidate is None:
-        tally.rejected += 1
-        return
-    if candidate is not original:
-        tally.trimmed += 1
-    out.append(candidate)
-
-
-def _generate(make: Callable[[int], list[_Candidate]], per_conversation: int,
-              counter: TokenCounter, words: WordTexts, max_model_len: int | None, policy: str,
-              n_requests: int, tally: _Tally) -> list[_Candidate]:
-    """Conversations 0, 1, ... from `make(c)`, in batches (one count_many call per round), until
-    n_requests are accepted. Batching never changes a conversation, so plans are prefixes."""
-    out: list[_Candidate] = []
-    conversation = 0
-    fruitless = 0
-    while len(out) < n_requests:
-        wanted = max(_MIN_BATCH, math.ceil((n_requests - len(out)) / per_conversation))
-        batch = [candidate for c in range(conversation, conversation + wanted)
-                 for candidate in make(c)]
-        conversation += wanted
-        missed = _count([m for candidate in batch for m in candidate.messages], counter, words)
-        if missed:
-            tally.warnings.append(
-                f"{missed} generated texts missed their token target after {_FIX_ROUNDS} "
-                f"corrections ({counter.name} is not additive over words); their measured "
-                "lengths are used")
-        for fitted, candidate in zip(_fit(batch, max_model_len, policy, counter), batch,
-                                     strict=True):
-            if len(out) >= n_requests:
-                break
-            _accept(fitted, candidate, out, tally)
-            fruitless = 0 if fitted is not None else fruitless + 1
-        if fruitless >= _GIVE_UP_AFTER:
-            raise ValueError(
-                f"{fruitless} requests in a row do not fit max-model-len {max_model_len} with "
-                f"max_tokens {batch[-1].max_tokens}; lower the prompt/output lengths or raise "
-                "max-model-len")
-    return out
-
-
 # ------------------------------------------------------------------------------ profiles
 def _chat(spec: ChatSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-          policy: str, n_requests: int, tally: _Tally) -> list[_Candidate]:
+          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
     words = WordTexts(counter)
-    shared: list[_Message] = []
+    shared: list[Message] = []
     if spec.system_prompt_tokens > 0:
         system_rng = random.Random(f"{seed}:chat:system")
-        shared.append(_Message("system", words.text(system_rng, spec.system_prompt_tokens),
+        shared.append(Message("system", words.text(system_rng, spec.system_prompt_tokens),
                                target=spec.system_prompt_tokens, generated=True))
 
-    def conversation(c: int) -> list[_Candidate]:
+    def conversation(c: int) -> list[Candidate]:
         rng = random.Random(f"{seed}:chat:{c}")
         history = list(shared)
         turns = []
         for turn in range(spec.turns):
             target = max(1, round(rng.uniform(0.5, 1.5) * spec.user_tokens))
-            history.append(_Message("user", words.text(rng, target), target=target,
+            history.append(Message("user", words.text(rng, target), target=target,
                                     generated=True))
-            turns.append(_Candidate(c, turn, list(history), spec.output_tokens))
+            turns.append(Candidate(c, turn, list(history), spec.output_tokens))
             if turn + 1 < spec.turns:  # the fixed stand-in for this turn's answer
-                history.append(_Message("assistant", words.text(rng, spec.output_tokens),
+                history.append(Message("assistant", words.text(rng, spec.output_tokens),
                                         target=spec.output_tokens, generated=True))
         return turns
 
-    return _generate(conversation, spec.turns, counter, words, max_model_len, policy,
+    return generate_until(conversation, spec.turns, counter, words, max_model_len, policy,
                      n_requests, tally)
 
 
 def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-              policy: str, n_requests: int, tally: _Tally) -> list[_Candidate]:
+              policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
     low, high = spec.min_doc_tokens, spec.max_doc_tokens
     if high is None:
         if max_model_len is None:
@@ -329,21 +142,21 @@ def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len
     suffixes = [DOC_SEPARATOR + text for text in INSTRUCTIONS]
     suffix_tokens = dict(zip(suffixes, counter.count_many(suffixes), strict=True))
 
-    def conversation(c: int) -> list[_Candidate]:
+    def conversation(c: int) -> list[Candidate]:
         rng = random.Random(f"{seed}:long-doc:{c}")
         doc_tokens = rng.randint(low, high)
         suffix = DOC_SEPARATOR + rng.choice(INSTRUCTIONS)
-        document = _Message("user", words.text(rng, doc_tokens), suffix,
+        document = Message("user", words.text(rng, doc_tokens), suffix,
                             target=doc_tokens + suffix_tokens[suffix], generated=True,
                             floor=suffix_tokens[suffix] + 1)
-        return [_Candidate(c, 0, [document], spec.output_tokens)]
+        return [Candidate(c, 0, [document], spec.output_tokens)]
 
-    return _generate(conversation, 1, counter, words, max_model_len, policy, n_requests, tally)
+    return generate_until(conversation, 1, counter, words, max_model_len, policy, n_requests, tally)
 
 
 def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
               max_model_len: int | None, policy: str, n_requests: int,
-              tally: _Tally) -> list[_Candidate]:
+              tally: Tally) -> list[Candidate]:
     """Entries in a seeded shuffled order, counted a chunk at a time (a real ShareGPT file is
     only tokenized as far as the plan needs); a second pass, reshuffled, reuses the first
     pass's requests."""
@@ -353,8 +166,8 @@ def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
                          f"min_prompt_tokens {spec.min_prompt_tokens}")
     entries = load_sharegpt(path)
     tally.filtered = dict.fromkeys(FILTER_REASONS, 0)
-    accepted: dict[int, list[_Candidate]] = {}  # entry -> its requests (first pass)
-    out: list[_Candidate] = []
+    accepted: dict[int, list[Candidate]] = {}  # entry -> its requests (first pass)
+    out: list[Candidate] = []
     conversation = 0
     passes = 0
     while len(out) < n_requests:
@@ -372,7 +185,7 @@ def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
                     for request in accepted.get(entry, ()):
                         if len(out) >= n_requests:
                             break
-                        out.append(_Candidate(conversation + offset, request.turn,
+                        out.append(Candidate(conversation + offset, request.turn,
                                               request.messages, request.max_tokens))
             conversation += len(chunk)
         passes += 1
@@ -392,31 +205,31 @@ def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
 def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | str],
                          first_id: int, spec: ShareGptSpec, counter: TokenCounter,
                          max_model_len: int | None, policy: str, n_requests: int,
-                         accepted: dict[int, list[_Candidate]], out: list[_Candidate],
-                         tally: _Tally) -> None:
+                         accepted: dict[int, list[Candidate]], out: list[Candidate],
+                         tally: Tally) -> None:
     """Count a chunk of entries with one count_many call, filter, fit, accept in order."""
-    per_entry: list[tuple[int, list[tuple[_Candidate, _Message] | str]]] = []
-    counted: list[_Message] = []
+    per_entry: list[tuple[int, list[tuple[Candidate, Message] | str]]] = []
+    counted: list[Message] = []
     for offset, entry in enumerate(chunk):
         item = entries[entry]
         if isinstance(item, str):
             per_entry.append((entry, ["malformed"]))
             continue
-        messages = [_Message(role, text) for role, text in item.turns]
-        requests: list[tuple[_Candidate, _Message] | str] = []
+        messages = [Message(role, text) for role, text in item.turns]
+        requests: list[tuple[Candidate, Message] | str] = []
         human_turns = [i for i, message in enumerate(messages) if message.role == "user"]
         if not spec.all_turns:
             human_turns = human_turns[:1]
         counted.extend(messages[: human_turns[-1] + 2])  # only what the requests hold
         for turn, i in enumerate(human_turns):
             if i + 1 < len(messages) and messages[i + 1].role == "assistant":
-                requests.append((_Candidate(first_id + offset, turn, messages[: i + 1], 0),
+                requests.append((Candidate(first_id + offset, turn, messages[: i + 1], 0),
                                  messages[i + 1]))
             else:
                 requests.append("no_reply")
         per_entry.append((entry, requests))
-    _count(counted, counter)
-    candidates: list[_Candidate] = []
+    count_tokens(counted, counter)
+    candidates: list[Candidate] = []
     for _, requests in per_entry:
         for position, request in enumerate(requests):
             if isinstance(request, str):
@@ -428,8 +241,8 @@ def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | 
                 candidates.append(candidate)
             else:
                 requests[position] = reason
-    fitted = dict(zip(map(id, candidates), _fit(candidates, max_model_len, policy, counter),
-                      strict=True))
+    fitted = dict(zip(map(id, candidates),
+                      fit_to_context(candidates, max_model_len, policy, counter), strict=True))
     for entry, requests in per_entry:
         kept = accepted.setdefault(entry, [])
         for request in requests:
@@ -440,12 +253,12 @@ def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | 
                 continue
             candidate = request[0]
             before = len(out)
-            _accept(fitted[id(candidate)], candidate, out, tally)
+            accept_fitted(fitted[id(candidate)], candidate, out, tally)
             if len(out) > before:
                 kept.append(out[-1])
 
 
-def _filter_reason(candidate: _Candidate, spec: ShareGptSpec) -> str | None:
+def _filter_reason(candidate: Candidate, spec: ShareGptSpec) -> str | None:
     prompt, output = candidate.prompt_tokens, candidate.max_tokens
     if prompt < spec.min_prompt_tokens:
         return "prompt_too_short"
@@ -467,7 +280,7 @@ def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int |
     A bad configuration or data file raises ValueError saying what is wrong."""
     if n_requests < 1:
         raise ValueError(f"n_requests must be at least 1, got {n_requests}")
-    tally = _Tally()
+    tally = Tally()
     args = (traffic.seed, counter, max_model_len, traffic.overlong, n_requests, tally)
     if traffic.profile == "chat":
         candidates = _chat(traffic.chat, *args)
@@ -492,10 +305,10 @@ def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int |
         sha256=plan_sha256(requests), warnings=tuple(tally.warnings))
 
 
-def _freeze(candidates: list[_Candidate]) -> tuple[PlannedRequest, ...]:
+def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
     frozen: dict[int, dict[str, str]] = {}  # one dict per distinct message, shared by turns
 
-    def as_dict(message: _Message) -> dict[str, str]:
+    def as_dict(message: Message) -> dict[str, str]:
         key = id(message)
         if key not in frozen:
             frozen[key] = {"role": message.role, "content": message.content}
