@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from vllm_slo.servers.standin import READY_PREFIX
+from vllm_slo.servers.standin.cli import READY_PREFIX
 
 from tests.integration.conftest import REPO, cli_env, run_cli
 

@@ -28,15 +28,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from vllm_slo.servers.standin import (
-    FAULT_HEADER,
-    FAULT_KINDS,
-    READY_PREFIX,
-    XSS_PAYLOADS,
-    StandinConfig,
-    StandinServer,
-    running_standin,
-)
+from vllm_slo.servers.standin.cli import READY_PREFIX
+from vllm_slo.servers.standin.config import StandinConfig
+from vllm_slo.servers.standin.faults import FAULT_HEADER, FAULT_KINDS, XSS_PAYLOADS
+from vllm_slo.servers.standin.server import StandinServer, running_standin
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,95 @@
+"""``python -m vllm_slo.servers.standin``: serve until SIGTERM/SIGINT; prints
+``STANDIN READY http://127.0.0.1:PORT`` once listening."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+from vllm_slo.servers.standin.app import StandinApp
+from vllm_slo.servers.standin.config import HOST, StandinConfig
+from vllm_slo.servers.standin.faults import FAULT_KINDS
+
+READY_PREFIX = "STANDIN READY "
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = StandinConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m vllm_slo.servers.standin",
+        description="Known-timing stand-in for vLLM's OpenAI server (a test instrument). "
+        f"Listens on {HOST} only; prints '{READY_PREFIX}URL' when ready; stops on SIGTERM/SIGINT.",
+    )
+    p.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default)")
+    p.add_argument("--model", default=d.model, help=f"served model name (default {d.model})")
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--ttft", type=float, default=d.ttft_s, help="seconds to first content chunk")
+    p.add_argument("--itl", type=float, default=d.itl_s, help="seconds between tokens")
+    p.add_argument(
+        "--role-delay", type=float, default=d.role_delay_s, help="seconds to the chat role chunk"
+    )
+    p.add_argument("--jitter", type=float, default=d.jitter_s, help="uniform [0, J] s per token")
+    p.add_argument(
+        "--max-concurrency", type=int, default=0, help="requests served at once; 0: unlimited"
+    )
+    p.add_argument("--tokens-per-chunk", type=int, default=d.tokens_per_chunk)
+    p.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens)
+    p.add_argument("--fault", choices=FAULT_KINDS, default=None, help="inject this fault")
+    p.add_argument(
+        "--fault-rate", type=float, default=d.fault_rate, help="share of requests with --fault"
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help="seed for faults and jitter")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> StandinConfig:
+    return StandinConfig(
+        model=args.model,
+        max_model_len=args.max_model_len,
+        ttft_s=args.ttft,
+        itl_s=args.itl,
+        role_delay_s=args.role_delay,
+        jitter_s=args.jitter,
+        max_concurrency=args.max_concurrency or None,
+        tokens_per_chunk=args.tokens_per_chunk,
+        default_max_tokens=args.default_max_tokens,
+        fault_kind=args.fault,
+        fault_rate=args.fault_rate,
+        seed=args.seed,
+    )
+
+
+async def _serve_forever(config: StandinConfig, port: int) -> int:
+    app = StandinApp(config)
+    try:
+        bound = await app.start(port)
+    except OSError as exc:
+        print(f"standin: error: cannot listen on {HOST}:{port}: {exc}", file=sys.stderr)
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{READY_PREFIX}http://{HOST}:{bound}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await app.aclose()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"standin: error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve_forever(config, args.port))

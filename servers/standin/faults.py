@@ -1,0 +1,74 @@
+"""Fault injection: the fault kinds, the request header that asks for one, and the seeded
+choice of which requests get the configured fault.
+
+A fault comes from ``StandinConfig.fault_kind`` with probability ``fault_rate``, or per request
+from the header ``x-standin-fault: <kind>`` (``none`` forces a normal answer). What each kind
+does:
+
+* ``http_500`` / ``http_503``: that status at once, with a vLLM-shaped JSON error body.
+* ``sse_error``: streaming: HTTP 200, one SSE ``{"error": {..., "code": 503}}`` event, then
+  ``[DONE]`` (vLLM under ``--max-num-queued-reqs``); non-streaming: HTTP 503 (as vLLM does).
+* ``no_tokens``: HTTP 200, the role chunk (chat), then at ``ttft_s`` the usage chunk (when asked
+  for) with ``completion_tokens: 0`` and ``[DONE]``; non-streaming: empty content.
+* ``drop_mid_stream``: the socket is closed (FIN, no terminating chunk) at the moment token
+  ``max_tokens // 2`` would be sent, i.e. after half the tokens.
+* ``hang``: streaming: HTTP 200 headers, then nothing until the client disconnects;
+  non-streaming: nothing at all.
+* ``xss``: normal timing, but the content tokens carry HTML/JS payloads (report-escaping tests).
+
+The answers that replace a request's normal serving (``http_*``, ``sse_error``, ``hang``) are
+sent by ``app.StandinApp``; the ones that change the generated tokens (``no_tokens``,
+``drop_mid_stream``, ``xss``) by ``engine.Engine``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+FAULT_KINDS: tuple[str, ...] = (
+    "http_500",
+    "http_503",
+    "sse_error",
+    "no_tokens",
+    "drop_mid_stream",
+    "hang",
+    "xss",
+)
+FAULT_HEADER = "x-standin-fault"
+NO_FAULT = "none"
+
+BUSY_MESSAGE = "The engine is currently busy, please retry later (standin injected fault)."
+XSS_PAYLOADS: tuple[str, ...] = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
+XSS_WORDS = (" " + XSS_PAYLOADS[0], " " + XSS_PAYLOADS[1], " &amp;", " '")
+
+
+class UnknownFaultError(ValueError):
+    """The fault header names no fault kind (answered with HTTP 400)."""
+
+
+class FaultPicker:
+    """Decides each request's fault: the header's if it has one, else the configured kind with
+    probability `rate`, drawn from a generator seeded with `seed` (reproducible runs)."""
+
+    def __init__(self, kind: str | None, rate: float, seed: int) -> None:
+        self._kind = kind
+        self._rate = rate
+        self._rng = random.Random(f"fault:{seed}")
+
+    def decide(self, headers: Mapping[str, str]) -> str | None:
+        """The fault for a request with these (lower-case) headers; None: a normal answer."""
+        requested = headers.get(FAULT_HEADER)
+        if requested is not None:
+            requested = requested.strip().lower()
+            if requested == NO_FAULT:
+                return None
+            if requested not in FAULT_KINDS:
+                raise UnknownFaultError(
+                    f"{FAULT_HEADER}: unknown fault {requested!r}; "
+                    f"allowed: {NO_FAULT}, {', '.join(FAULT_KINDS)}"
+                )
+            return requested
+        if self._kind is None:
+            return None
+        return self._kind if self._rng.random() < self._rate else None
