@@ -115,7 +115,8 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
                 args[name] = value
                 applied[name] = value
     served = spec.served_model_name or (SERVED_NAME if spec.model == "tiny" else spec.model)
-    prefix = list(spec.command) if spec.command else [sys.executable, "-m", VLLM_CLI_MODULE]
+    prefix = ([absolute_program(spec.command[0]), *spec.command[1:]] if spec.command
+              else [sys.executable, "-m", VLLM_CLI_MODULE])
     argv = [*prefix, "serve", model_path, "--served-model-name", served,
             "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
     env = {**_PRIVATE_ENV, **(suite_env or {}), **spec.env}
@@ -253,11 +254,18 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def absolute_program(program: str) -> str:
+    """A launcher given as a path (`./bin/vllm`, `~/bin/vllm`) made absolute from where the
+    user stands (the server runs in the run folder); a bare name (`vllm`) is found on PATH."""
+    expanded = os.path.expanduser(program)
+    return os.path.abspath(expanded) if os.sep in expanded else program
+
+
 def resolve_model_path(spec: ServerSpec) -> str:
     """The model argument for `vllm serve`: the tiny model's cache folder, a local path made
     absolute (vLLM runs in the run folder, not where the user stands), or a model id as is."""
     if spec.model == "tiny":
-        return str(ensure_tiny_model())
+        return str(ensure_tiny_model().resolve())  # VLLM_SLO_CACHE may be relative
     local = Path(spec.model).expanduser()
     return str(local.resolve()) if local.exists() else spec.model
 

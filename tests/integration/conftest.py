@@ -41,11 +41,39 @@ def only_run_dir(runs_dir: Path) -> Path | None:
     return folders[-1] if folders else None
 
 
-def run_cli(arguments: list[str], runs_dir: Path, timeout_s: float = 600) -> CliRun:
+def run_cli(arguments: list[str], runs_dir: Path, timeout_s: float = 600, *,
+            cwd: Path | None = None, command: list[str] | None = None,
+            env: dict[str, str] | None = None) -> CliRun:
+    """`python -m vllm_slo.cli --runs-dir RUNS_DIR ARGUMENTS...` in `cwd` (default: the runs
+    folder's parent); `runs_dir` may be relative to `cwd`, as a user would type it. `command`
+    replaces the CLI prefix (e.g. an installed `vllm-slo` console script using its default
+    `./runs`, which `runs_dir` then names)."""
+    cwd = runs_dir.parent if cwd is None else cwd
+    prefix = command or [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir)]
     result = subprocess.run(
-        [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir), *arguments],
-        capture_output=True, text=True, timeout=timeout_s, env=cli_env(), cwd=runs_dir.parent)
-    return CliRun(result.returncode, result.stdout + result.stderr, only_run_dir(runs_dir))
+        [*prefix, *arguments], capture_output=True, text=True, timeout=timeout_s,
+        env=cli_env() if env is None else env, cwd=cwd)
+    return CliRun(result.returncode, result.stdout + result.stderr, only_run_dir(cwd / runs_dir))
+
+
+@contextlib.contextmanager
+def standin_server(*flags: str, python: str = sys.executable, cwd: Path = REPO,
+                   env: dict[str, str] | None = None) -> Iterator[str]:
+    """`python -m vllm_slo.servers.standin --port 0 FLAGS...`; yields its base URL once it
+    prints it, and stops it on the way out."""
+    from vllm_slo.servers.standin.cli import READY_PREFIX
+
+    process = subprocess.Popen(
+        [python, "-m", "vllm_slo.servers.standin", "--port", "0", *flags],
+        stdout=subprocess.PIPE, text=True, env=cli_env() if env is None else env, cwd=cwd)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith(READY_PREFIX), line
+        yield line[len(READY_PREFIX):].strip()
+    finally:
+        process.terminate()
+        process.wait(10)
+        process.stdout.close()
 
 
 @contextlib.contextmanager
