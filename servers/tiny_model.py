@@ -52,7 +52,7 @@ def tiny_model_dir() -> Path:
 
 def ensure_tiny_model(timeout_s: float = 600.0) -> Path:
     """Return the cached tiny model folder, building it first if needed (about 10 s)."""
-    target = tiny_model_dir()
+    target = tiny_model_dir().resolve()  # VLLM_SLO_CACHE may be relative to the user's folder
     if (target / ".complete").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +62,7 @@ def ensure_tiny_model(timeout_s: float = 600.0) -> Path:
             [sys.executable, "-m", "vllm_slo.servers.tiny_model", str(staging)],
             capture_output=True, text=True, timeout=timeout_s,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=staging,
         )
         if result.returncode != 0:
             raise ServerError(
