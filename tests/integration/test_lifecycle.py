@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from vllm_slo.servers.vllm_server import process_group_alive
 
 from tests.integration.conftest import (
     only_run_dir,
-    process_group_alive,
     processes_in_group,
     requires_vllm,
     run_cli,
