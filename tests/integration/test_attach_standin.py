@@ -3,16 +3,13 @@ stand-in was configured to do (within a stated tolerance), and injected faults b
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from vllm_slo.servers.standin.cli import READY_PREFIX
 
-from tests.integration.conftest import REPO, cli_env, run_cli
+from tests.integration.conftest import run_cli, standin_server
 
 pytestmark = pytest.mark.integration
 
@@ -23,29 +20,17 @@ MAX_TOKENS = 10
 TOLERANCE_S = 0.015
 
 
-def standin(*flags: str) -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", *flags],
-        stdout=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
-    try:
-        line = process.stdout.readline()
-        assert line.startswith(READY_PREFIX), line
-        yield line[len(READY_PREFIX):].strip()
-    finally:
-        process.terminate()
-        process.wait(10)
-        process.stdout.close()
-
-
 @pytest.fixture
 def timed_standin() -> Iterator[str]:
-    yield from standin("--ttft", str(TTFT_S), "--itl", str(ITL_S))
+    with standin_server("--ttft", str(TTFT_S), "--itl", str(ITL_S)) as url:
+        yield url
 
 
 @pytest.fixture
 def faulty_standin() -> Iterator[str]:
-    yield from standin("--ttft", "0.01", "--itl", "0.005", "--fault", "sse_error",
-                       "--fault-rate", "0.3", "--seed", "3")
+    with standin_server("--ttft", "0.01", "--itl", "0.005", "--fault", "sse_error",
+                       "--fault-rate", "0.3", "--seed", "3") as url:
+        yield url
 
 
 ATTACH = ["traffic.duration=6s", "traffic.warmup=1s", "traffic.arrival.users=4",
