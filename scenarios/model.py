@@ -62,6 +62,9 @@ class ServerSpec(Frozen):
     platform: Literal["auto", "cpu", "gpu"] = "auto"
     ready_timeout_s: Seconds = Field(600.0, alias="ready_timeout", gt=0)
     api_key_env: str | None = Field(None, description="name of the env var holding the API key")
+    instance: str | None = Field(
+        None, description="a label for the server instance (attach mode: which running server, "
+                          "e.g. on-instance-1); recorded per trial in provenance.json")
 
     @model_validator(mode="after")
     def _url_is_http(self) -> ServerSpec:

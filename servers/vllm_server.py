@@ -164,6 +164,7 @@ class VllmServer:
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
         self.process: subprocess.Popen | None = None
+        self.started_unix_s: float | None = None
         self.ready: ReadyServer | None = None
 
     @property
@@ -182,6 +183,11 @@ class VllmServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    def instance(self) -> dict[str, object]:
+        """Which server instance this is: a fresh process, named by its pid and start time."""
+        return {"kind": "launched", "pid": self.pid, "started_unix_s": self.started_unix_s,
+                "port": self.plan.port}
+
     def start(self) -> ReadyServer:
         env = {**os.environ, **self.plan.env_overrides}
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
@@ -189,6 +195,7 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
+            self.started_unix_s = time.time()
             self.process = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=self.log_path.parent, start_new_session=True)
@@ -237,6 +244,10 @@ class AttachedServer:
         self.ready_timeout_s = ready_timeout_s
         self.api_key = api_key
         self.ready: ReadyServer | None = None
+
+    def instance(self) -> dict[str, object]:
+        """Which server instance this is: from outside, only the user's label tells."""
+        return {"kind": "attached", "url": self.base_url}
 
     def __enter__(self) -> AttachedServer:
         self.ready = wait_until_ready(self.base_url, self.ready_timeout_s, self.model_name,

@@ -190,7 +190,9 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
             provenance.update({"vllm_version": ready.version, "model_id": ready.model_id,
                                "max_model_len": ready.max_model_len,
                                "server_url": server.base_url,
-                               "server_pid": getattr(server, "pid", None)})
+                               "server_pid": getattr(server, "pid", None),
+                               "server_instance": {**server.instance(),
+                                                   "label": spec.instance}})
             (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
             plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
                                 ready.max_model_len, run_dir, api_key)
