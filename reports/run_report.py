@@ -1,7 +1,9 @@
 """Rebuild every output of a run from its folder alone: samples + resolved scenario +
 provenance + run status (+ server_metrics.jsonl when present) -> summary.json, report.html,
 junit.xml, summary.md (appended to $GITHUB_STEP_SUMMARY when set), and the text table returned.
-Credentials are redacted (reports.text.redact_secrets) from everything written.
+The typed summary document is built once (`load_run`), serialised once into summary.json, and
+every renderer reads the typed document. Credentials are redacted (reports.redaction) from
+everything written.
 
     vllm-slo report runs/<id>
 """
@@ -13,17 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
 import yaml
-from vllm_slo.reports.analysis.run_metrics import run_series, summarize
-from vllm_slo.reports.analysis.summary import build_summary
+from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
+from vllm_slo.reports.analysis.summary import (
+    RunSummaryDocument,
+    build_summary,
+    client_cpu_summary,
+)
 from vllm_slo.reports.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
     goodput,
     invalid_measurement_reasons,
 )
-from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.render.junit import render_junit
 from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
@@ -47,12 +52,25 @@ INTERRUPTED_REASON = "the run was interrupted before its planned end"
 
 @dataclass(frozen=True, slots=True)
 class RenderedRun:
+    """What a render wrote. `summary` is summary.json's content as written (the document's
+    one serialisation, for callers that want the machine-readable form)."""
+
     summary: dict[str, Any]
     text: str
     report_path: Path
     summary_path: Path
     junit_path: Path | None = None
     markdown_path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRun:
+    """A run folder read and analysed: the typed summary document plus what the plots need."""
+
+    document: RunSummaryDocument
+    series: RunSeries  # the measured window
+    table: pa.Table  # every sample row
+    server_records: list[dict[str, Any]]  # parsed server_metrics.jsonl lines ([] if none)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -75,22 +93,12 @@ def read_server_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def client_cpu_summary(fractions: list[float]) -> dict[str, float] | None:
-    """Load-generator CPU per process-second, in % of one core (None before it was recorded)."""
-    if not fractions:
-        return None
-    values = np.asarray(fractions) * 100.0
-    return {"p50_percent": float(np.percentile(values, 50)),
-            "p99_percent": float(np.percentile(values, 99)), "max_percent": float(values.max()),
-            "samples": int(values.size)}
-
-
-def render_run(run_dir: Path) -> RenderedRun:
+def load_run(run_dir: Path) -> LoadedRun:
+    """Read a run folder and build its typed summary document (nothing is written)."""
     scenario_path = run_dir / SCENARIO_FILE
     if not scenario_path.is_file():
         raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
     scenario = Scenario.model_validate(yaml.safe_load(scenario_path.read_text()))
-    provenance = redact_secrets(_read_json(run_dir / PROVENANCE_FILE))
     status = _read_json(run_dir / STATUS_FILE)
     table = load_samples(run_dir)
     series = run_series(table, scenario.traffic.duration_s)
@@ -102,17 +110,23 @@ def render_run(run_dir: Path) -> RenderedRun:
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
     document = build_summary(
-        run_id=run_dir.name, scenario=redact_secrets(scenario.to_yaml_dict()),
-        provenance=provenance,
+        run_id=run_dir.name, scenario=scenario, provenance=_read_json(run_dir / PROVENANCE_FILE),
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         goodput=goodput(scenario.slo.rules(), series),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         warnings=status.get("warnings", []))
+    return LoadedRun(document, series, table, read_server_metrics(run_dir / SERVER_METRICS_FILE))
+
+
+def render_run(run_dir: Path) -> RenderedRun:
+    loaded = load_run(run_dir)
+    document = loaded.document
+    summary = document.to_json_dict()
     summary_path = run_dir / SUMMARY_FILE
-    summary_path.write_text(json.dumps(document, indent=2) + "\n")
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     report_path = run_dir / REPORT_FILE
-    view = build_view(document, series, table, read_server_metrics(run_dir / SERVER_METRICS_FILE))
+    view = build_view(document, loaded.series, loaded.table, loaded.server_records)
     report_path.write_text(render_html(view), encoding="utf-8")
     junit_path = run_dir / JUNIT_FILE
     junit_path.write_text(render_junit(document), encoding="utf-8")
@@ -120,5 +134,5 @@ def render_run(run_dir: Path) -> RenderedRun:
     markdown_path = run_dir / SUMMARY_MD_FILE
     markdown_path.write_text(markdown, encoding="utf-8")
     append_step_summary(markdown)
-    return RenderedRun(document, render_table(document), report_path, summary_path,
+    return RenderedRun(summary, render_table(document), report_path, summary_path,
                        junit_path, markdown_path)

@@ -3,7 +3,6 @@ A single-run folder is one trial; an experiment folder contributes one group per
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,34 +10,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import (
-    Group,
-    benchstat_table,
-    center_estimate,
-    compare_groups,
-    gate,
-    plan_trials,
-    reachability_warning,
-)
+from vllm_slo.reports.analysis.comparison import Group, gate, plan_trials
+from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
-from vllm_slo.reports.analysis.summary import estimate_dict
 from vllm_slo.reports.analysis.trial_folders import (
     Trial,
-    cell_value,
     collect_trials,
     is_experiment,
     trial_folders,
 )
-from vllm_slo.reports.experiment_report import (
-    comparison_dict,
-    plan_dict,
-    provenance_differences,
-    render_experiment,
-    render_experiment_html,
-)
+from vllm_slo.reports.experiment_report import render_experiment, write_experiment
+from vllm_slo.reports.render.experiment_text import render_comparison_text
+from vllm_slo.reports.render.text import format_trials_needed
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
-from vllm_slo.scenarios.run_files import REPORT_FILE, SUMMARY_FILE
 
 GATE_IDENTITY = ("model_id", "vllm_version", "seed", "host", "workload")
 
@@ -61,57 +46,22 @@ def groups_of(run_dir: Path) -> list[Group]:
     return [Group(label(v), tuple(t for t in trials if t.variant == v)) for v in variants]
 
 
-def _relabelled(trials: Sequence[Trial], label: str) -> list[Trial]:
-    return [dataclasses.replace(t, variant=label) for t in trials]
-
-
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
                        out_dir: Path | None = None) -> CommandResult:
+    """Compare saved runs (the first is the baseline): summary.json and report.html through
+    the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
+    folder next to the first run)."""
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     groups = [group for run_dir in run_dirs for group in groups_of(run_dir)]
-    cells = list(cells or groups[0].trials[0].scenario.compare.cells)
-    families = compare_groups(groups, cells, alpha)
-    table = benchstat_table(groups, families, cells)
-    trials = [t for g in groups for t in _relabelled(g.trials, g.label)]
-    differences = provenance_differences(trials)
-    warnings = []
-    smallest = min(len(g.values(cells[0])) for g in groups)
-    reach = reachability_warning(max(smallest, 1), len(cells), alpha)
-    if reach:
-        warnings.append(reach)
-    summary = {
-        "schema_version": 1, "kind": "comparison",
-        "run_id": f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}",
-        "scenario": {**groups[0].trials[0].scenario.to_yaml_dict(),
-                     "compare": {"cells": cells, "alpha": alpha, "effect": 0.1}},
-        "trials_per_variant": smallest,
-        "runs": [str(p) for p in run_dirs],
-        "variants": {g.label: {
-            "trials": [{"folder": str(t.run_dir), "position": t.position,
-                        "exit_code": t.summary["exit_code"],
-                        "invalid_reasons": t.summary["invalid_reasons"],
-                        "cells": {c: cell_value(t.series, c) for c in cells}} for t in g.trials],
-            "valid_trials": g.valid_trials,
-            "cells": {c: estimate_dict(center_estimate(g, c)) for c in cells},
-            "slos": []} for g in groups},
-        "comparisons": [{"baseline": f[0].baseline, "candidate": f[0].candidate,
-                         "cells": [comparison_dict(item) for item in f]} for f in families],
-        "planning": [plan_dict(p) for p in plan_trials(groups, cells, 0.1, alpha)],
-        "provenance_differences": differences,
-        "benchstat": table, "exit_code": 0, "invalid_reasons": [], "warnings": warnings,
-    }
-    out_dir = out_dir or run_dirs[0].parent / summary["run_id"]
+    run_id = f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id)
+    out_dir = out_dir or run_dirs[0].parent / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    report_path = out_dir / REPORT_FILE
-    report_path.write_text(render_experiment_html(summary, groups))
-    lines = [table]
-    for key, values in differences.items():
-        lines.append(f"provenance differs: {key}: {json.dumps(values)}")
-    lines += [f"warning: {w}" for w in warnings]
-    lines.append(f"\nreport: {report_path}")
-    return CommandResult("\n".join(lines), ExitCode.PASS, report_path)
+    written = write_experiment(out_dir, summary, groups)
+    text = render_comparison_text(summary)
+    return CommandResult(f"{text}\n\nreport: {written.report_path}", ExitCode.PASS,
+                         written.report_path)
 
 
 def _identity(trial: Trial) -> dict[str, Any]:
@@ -196,7 +146,7 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float) -> str:
              f"power (Mann-Whitney on per-trial statistics):"]
     for item in plans:
         plan = item.plan
-        needed = plan.trials_per_variant if plan.trials_per_variant is not None else "> 200"
-        lines.append(f"  {item.cell:<24} trial CV {plan.cv:6.1%} -> {needed}")
+        lines.append(f"  {item.cell:<24} trial CV {plan.cv:6.1%} -> "
+                     f"{format_trials_needed(plan.trials_per_variant)}")
         lines += [f"    note: {w}" for w in plan.warnings]
     return "\n".join(lines)

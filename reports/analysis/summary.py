@@ -1,16 +1,22 @@
 """summary.json: the run's numbers in one schema-versioned, documented document
-(reports/schema/summary.schema.json). Built from typed results; renderers read only this and
-the run's series."""
+(reports/schema/summary.schema.json), as a frozen typed value. `build_summary` makes it once
+from typed results; `RunSummaryDocument.to_json_dict` is its one serialisation; the renderers
+(HTML, text, Markdown, JUnit) read the typed value, never the JSON."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
-from vllm_slo.reports.analysis.statistics import Estimate
+from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 from vllm_slo.reports.analysis.verdicts import SloResult
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.scenarios.model import OPEN_LOOP_KINDS, Scenario
+from vllm_slo.scenarios.slo import SloRule
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -21,101 +27,264 @@ def _number(value: float | None) -> float | None:
     return float(value)
 
 
-def estimate_dict(estimate: Estimate) -> dict[str, Any]:
-    return {
-        "value": _number(estimate.value),
-        "ci_low": _number(estimate.ci_low),
-        "ci_high": _number(estimate.ci_high),
-        "confidence": estimate.confidence,
-        "n": estimate.n,
-        "n_effective": _number(estimate.n_effective),
-        "method": estimate.method,
-        "warnings": list(estimate.warnings),
-    }
+@dataclass(frozen=True, slots=True)
+class ReportedEstimate:
+    """An `Estimate` as the reports carry it: non-finite numbers become None (JSON has no NaN),
+    so every renderer sees exactly what summary.json holds."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    n: int
+    n_effective: float | None
+    method: str
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def of(cls, estimate: Estimate) -> ReportedEstimate:
+        return cls(_number(estimate.value), _number(estimate.ci_low), _number(estimate.ci_high),
+                   float(estimate.confidence), int(estimate.n), _number(estimate.n_effective),
+                   estimate.method, tuple(estimate.warnings))
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> ReportedEstimate:
+        return cls(data["value"], data["ci_low"], data["ci_high"], data["confidence"],
+                   data["n"], data["n_effective"], data["method"], tuple(data["warnings"]))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "confidence": self.confidence, "n": self.n, "n_effective": self.n_effective,
+                "method": self.method, "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True, slots=True)
+class SloEntry:
+    """One SLO with its observed statistic, verdict and how the verdict was reached (a run's
+    SLO, or an experiment variant's across its trials: the JSON shape is the same)."""
+
+    rule: SloRule
+    observed: ReportedEstimate
+    verdict: Verdict
+    basis: str
+
+    @classmethod
+    def of(cls, result: SloResult) -> SloEntry:
+        return cls(result.rule, ReportedEstimate.of(result.observed), result.verdict,
+                   result.basis)
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> SloEntry:
+        rule = SloRule(data["metric"], data["statistic"], data["comparator"],
+                       float(data["threshold"]), data["text"])
+        return cls(rule, ReportedEstimate.from_json_dict(data["observed"]),
+                   Verdict(data["verdict"]), data["basis"])
+
+    def to_json_dict(self) -> dict[str, Any]:
+        rule = self.rule
+        return {"metric": rule.metric, "statistic": rule.statistic,
+                "comparator": rule.comparator, "threshold": rule.threshold, "text": rule.text,
+                "observed": self.observed.to_json_dict(), "verdict": self.verdict.value,
+                "basis": self.basis}
 
 
 def percentile_key(percentile: float) -> str:
     return f"p{percentile:g}"
 
 
-def traffic_facts(scenario: dict[str, Any], provenance: dict[str, Any], summary: RunSummary,
-                  client_cpu: dict[str, float] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class MetricEntry:
+    """A latency metric's count, mean and reported percentiles (keys `p50`, `p99.9`, ...)."""
+
+    count: int
+    mean: ReportedEstimate
+    percentiles: Mapping[str, ReportedEstimate]
+    unit: str = "s"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "count": self.count, "mean": self.mean.to_json_dict(),
+                "percentiles": {k: e.to_json_dict() for k, e in self.percentiles.items()}}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCounts:
+    measured: int
+    ok: int
+    failed: int
+    errors_by_kind: Mapping[str, int]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"measured": self.measured, "ok": self.ok, "failed": self.failed,
+                "errors_by_kind": dict(self.errors_by_kind)}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCpu:
+    """Load-generator CPU per process-second, in % of one core."""
+
+    p50_percent: float
+    p99_percent: float
+    max_percent: float
+    samples: int
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"p50_percent": self.p50_percent, "p99_percent": self.p99_percent,
+                "max_percent": self.max_percent, "samples": self.samples}
+
+
+def client_cpu_summary(fractions: Sequence[float]) -> ClientCpu | None:
+    """From per-process-second CPU fractions (None before it was recorded)."""
+    if not fractions:
+        return None
+    values = np.asarray(fractions) * 100.0
+    return ClientCpu(float(np.percentile(values, 50)), float(np.percentile(values, 99)),
+                     float(values.max()), int(values.size))
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficFacts:
     """How the load was actually applied: intended vs achieved rate, send lag, in-flight cap
     hits, the request plan (trimmed/rejected/filtered prompts) and the prefix-cache state."""
-    traffic = scenario["traffic"]
-    arrival = traffic["arrival"]
-    if arrival["kind"] in ("poisson", "gamma", "constant"):
-        intended = arrival["rate"]
-    elif arrival["kind"] == "stages" and arrival["stages"][0].get("rate") is not None:
-        intended = None  # varies by stage
-    else:
-        intended = None  # closed loop: the server's speed sets the rate
-    return {
-        "profile": traffic["profile"],
-        "endpoint": traffic["endpoint"],
-        "arrival": arrival["kind"],
-        "intended_rate_per_s": intended,
-        "sent_per_s": _number(summary.sent_per_s),
-        "send_lag_p50_s": _number(summary.send_lag_p50_s),
-        "send_lag_p99_s": _number(summary.send_lag_p99_s),
-        "client_send_lag_p99_s": _number(summary.client_send_lag_p99_s),
-        "queued_for_slot": summary.queued_for_slot,
-        "reused_prompts": summary.reused_prompts,
-        "plan": provenance.get("plan"),
-        "prefix_cache_reset": provenance.get("prefix_cache_reset"),
-        "prefix_cache_hit_rate": _number(provenance.get("prefix_cache_hit_rate")),
-        "client_cpu": client_cpu,
-    }
+
+    profile: str
+    endpoint: str
+    arrival: str
+    intended_rate_per_s: float | None  # None: closed loop (the server sets it) or stages
+    sent_per_s: float | None
+    send_lag_p50_s: float | None
+    send_lag_p99_s: float | None
+    client_send_lag_p99_s: float | None
+    queued_for_slot: int
+    reused_prompts: int
+    plan: Mapping[str, Any] | None  # provenance's request-plan facts, as recorded
+    prefix_cache_reset: Any
+    prefix_cache_hit_rate: float | None
+    client_cpu: ClientCpu | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile, "endpoint": self.endpoint, "arrival": self.arrival,
+            "intended_rate_per_s": self.intended_rate_per_s, "sent_per_s": self.sent_per_s,
+            "send_lag_p50_s": self.send_lag_p50_s, "send_lag_p99_s": self.send_lag_p99_s,
+            "client_send_lag_p99_s": self.client_send_lag_p99_s,
+            "queued_for_slot": self.queued_for_slot, "reused_prompts": self.reused_prompts,
+            "plan": self.plan, "prefix_cache_reset": self.prefix_cache_reset,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "client_cpu": None if self.client_cpu is None else self.client_cpu.to_json_dict(),
+        }
+
+
+def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: RunSummary,
+                  client_cpu: ClientCpu | None = None) -> TrafficFacts:
+    traffic = scenario.traffic
+    arrival = traffic.arrival
+    return TrafficFacts(
+        profile=traffic.profile, endpoint=traffic.endpoint, arrival=arrival.kind,
+        intended_rate_per_s=arrival.rate if arrival.kind in OPEN_LOOP_KINDS else None,
+        sent_per_s=_number(summary.sent_per_s), send_lag_p50_s=_number(summary.send_lag_p50_s),
+        send_lag_p99_s=_number(summary.send_lag_p99_s),
+        client_send_lag_p99_s=_number(summary.client_send_lag_p99_s),
+        queued_for_slot=summary.queued_for_slot, reused_prompts=summary.reused_prompts,
+        plan=provenance.get("plan"), prefix_cache_reset=provenance.get("prefix_cache_reset"),
+        prefix_cache_hit_rate=_number(provenance.get("prefix_cache_hit_rate")),
+        client_cpu=client_cpu)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummaryDocument:
+    """Everything summary.json holds. `scenario` and `provenance` are the (redacted) echoes
+    of the run folder's files; everything the suite computed is typed."""
+
+    run_id: str
+    scenario: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+    window_s: float
+    requests: RequestCounts
+    error_rate: ReportedEstimate
+    output_tokens_per_s: ReportedEstimate
+    requests_per_s: ReportedEstimate
+    goodput: ReportedEstimate  # requests per second
+    goodput_counts: str  # which requests counted
+    send_lag_p99_s: float | None
+    traffic: TrafficFacts
+    metrics: Mapping[str, MetricEntry]
+    slos: tuple[SloEntry, ...]
+    exit_code: int
+    invalid_reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    schema_version: int = SUMMARY_SCHEMA_VERSION
+
+    @property
+    def scenario_name(self) -> str:
+        return str(self.scenario["name"])
+
+    @property
+    def description(self) -> str:
+        return str(self.scenario.get("description") or "")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """summary.json's content (JSON types only, in the documented key order)."""
+        return {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "scenario": self.scenario,
+            "provenance": self.provenance,
+            "window_s": self.window_s,
+            "requests": self.requests.to_json_dict(),
+            "error_rate": self.error_rate.to_json_dict(),
+            "throughput": {"output_tokens_per_s": self.output_tokens_per_s.to_json_dict(),
+                           "requests_per_s": self.requests_per_s.to_json_dict()},
+            "goodput": {"requests_per_s": self.goodput.to_json_dict(),
+                        "counts": self.goodput_counts},
+            "send_lag_p99_s": self.send_lag_p99_s,
+            "traffic": self.traffic.to_json_dict(),
+            "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
+            "slos": [slo.to_json_dict() for slo in self.slos],
+            "exit_code": self.exit_code,
+            "invalid_reasons": list(self.invalid_reasons),
+            "warnings": list(self.warnings),
+        }
 
 
 def build_summary(
     *,
     run_id: str,
-    scenario: dict[str, Any],
-    provenance: dict[str, Any],
+    scenario: Scenario,
+    provenance: Mapping[str, Any],
     summary: RunSummary,
     slo_results: Sequence[SloResult],
     exit_code: int,
     invalid_reasons: Sequence[str],
     goodput: tuple[Estimate, str],
-    client_cpu: dict[str, float] | None = None,
+    client_cpu: ClientCpu | None = None,
     warnings: Sequence[str],
-) -> dict[str, Any]:
+) -> RunSummaryDocument:
+    """The run's document. The scenario and provenance echoes are redacted here
+    (`redaction.redact_secrets`), so nothing built from the document can show a credential."""
+    provenance = redact_secrets(dict(provenance))
     metrics = {}
     for name in LATENCY_METRICS:
         metric = summary.metrics[name]
-        metrics[name] = {
-            "unit": "s",
-            "count": metric.count,
-            "mean": estimate_dict(metric.mean),
-            "percentiles": {percentile_key(q): estimate_dict(e)
-                            for q, e in metric.percentiles.items()},
-        }
-    return {
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "run_id": run_id,
-        "scenario": scenario,
-        "provenance": provenance,
-        "window_s": summary.window_s,
-        "requests": {"measured": summary.requests, "ok": summary.ok, "failed": summary.failed,
-                     "errors_by_kind": summary.errors_by_kind},
-        "error_rate": estimate_dict(summary.error_rate),
-        "throughput": {
-            "output_tokens_per_s": estimate_dict(summary.output_tokens_per_s),
-            "requests_per_s": estimate_dict(summary.requests_per_s),
-        },
-        "goodput": {"requests_per_s": estimate_dict(goodput[0]), "counts": goodput[1]},
-        "send_lag_p99_s": _number(summary.send_lag_p99_s),
-        "traffic": traffic_facts(scenario, provenance, summary, client_cpu),
-        "metrics": metrics,
-        "slos": [
-            {"metric": r.rule.metric, "statistic": r.rule.statistic,
-             "comparator": r.rule.comparator, "threshold": r.rule.threshold,
-             "text": r.rule.text, "observed": estimate_dict(r.observed),
-             "verdict": r.verdict.value, "basis": r.basis}
-            for r in slo_results
-        ],
-        "exit_code": int(exit_code),
-        "invalid_reasons": list(invalid_reasons),
-        "warnings": [*summary.warnings, *warnings],
-    }
+        metrics[name] = MetricEntry(
+            count=metric.count, mean=ReportedEstimate.of(metric.mean),
+            percentiles={percentile_key(q): ReportedEstimate.of(e)
+                         for q, e in metric.percentiles.items()})
+    return RunSummaryDocument(
+        run_id=run_id,
+        scenario=redact_secrets(scenario.to_yaml_dict()),
+        provenance=provenance,
+        window_s=summary.window_s,
+        requests=RequestCounts(summary.requests, summary.ok, summary.failed,
+                               summary.errors_by_kind),
+        error_rate=ReportedEstimate.of(summary.error_rate),
+        output_tokens_per_s=ReportedEstimate.of(summary.output_tokens_per_s),
+        requests_per_s=ReportedEstimate.of(summary.requests_per_s),
+        goodput=ReportedEstimate.of(goodput[0]), goodput_counts=goodput[1],
+        send_lag_p99_s=_number(summary.send_lag_p99_s),
+        traffic=traffic_facts(scenario, provenance, summary, client_cpu),
+        metrics=metrics,
+        slos=tuple(SloEntry.of(r) for r in slo_results),
+        exit_code=int(exit_code),
+        invalid_reasons=tuple(invalid_reasons),
+        warnings=(*summary.warnings, *warnings),
+    )

@@ -4,6 +4,7 @@ folders: a single run is one trial; an experiment folder holds one run folder pe
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import numpy as np
 import yaml
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series
+from vllm_slo.reports.analysis.summary import SloEntry
+from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.samples import load_samples
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
@@ -19,18 +22,33 @@ THROUGHPUT_CELLS = ("output_throughput.mean", "request_throughput.mean")
 
 
 @dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """What an experiment takes from a trial's own summary.json (written when the trial was
+    rendered): its exit code, why it is invalid (if it is) and its SLO verdicts."""
+
+    exit_code: int
+    invalid_reasons: tuple[str, ...]
+    slos: tuple[SloEntry, ...]
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> TrialOutcome:
+        return cls(int(data["exit_code"]), tuple(data["invalid_reasons"]),
+                   tuple(SloEntry.from_json_dict(s) for s in data["slos"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Trial:
     variant: str  # "" for a scenario without variants
     position: int  # execution order within its experiment (1 for a single run)
     run_dir: Path
     scenario: Scenario
-    provenance: dict[str, Any]
-    summary: dict[str, Any]
+    provenance: dict[str, Any]  # redacted
+    outcome: TrialOutcome
     series: RunSeries
 
     @property
     def valid(self) -> bool:
-        return not self.summary["invalid_reasons"]
+        return not self.outcome.invalid_reasons
 
     @property
     def label(self) -> str:
@@ -64,9 +82,10 @@ def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
     scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
     provenance_path = run_dir / PROVENANCE_FILE
     provenance = json.loads(provenance_path.read_text()) if provenance_path.is_file() else {}
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    outcome = TrialOutcome.from_json_dict(json.loads((run_dir / SUMMARY_FILE).read_text()))
     series = run_series(load_samples(run_dir), scenario.traffic.duration_s)
-    return Trial(variant, position, run_dir, scenario, provenance, summary, series)
+    return Trial(variant, position, run_dir, scenario, redact_secrets(provenance), outcome,
+                 series)
 
 
 def is_experiment(run_dir: Path) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from vllm_slo.reports.analysis.run_metrics import RunSeries, RunSummary
@@ -140,7 +141,14 @@ def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.9
     return estimate, described
 
 
-def choose_exit_code(results: Sequence[SloResult], invalid_reasons: Sequence[str]) -> ExitCode:
+class Decided(Protocol):
+    """Anything carrying an SLO verdict (a run's SloResult, a summary's SloEntry)."""
+
+    @property
+    def verdict(self) -> Verdict: ...
+
+
+def choose_exit_code(results: Sequence[Decided], invalid_reasons: Sequence[str]) -> ExitCode:
     if invalid_reasons:
         return ExitCode.INVALID_MEASUREMENT
     verdicts = {result.verdict for result in results}

@@ -284,7 +284,7 @@ def ecdf_points(values: np.ndarray, max_points: int = MAX_ECDF_POINTS
     return ordered[index], probabilities[index]
 
 
-def _to_json(figure: go.Figure) -> str:
+def figure_json(figure: go.Figure) -> str:
     return figure.to_json(validate=False)
 
 
@@ -305,7 +305,7 @@ def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
     figure.update_layout(title="Latency distributions (ECDF, measured window, successful requests)",
                          **{**_LAYOUT, "height": 700, "margin": _SUBPLOT_MARGIN,
                             "showlegend": not _single(series_by_label)})
-    return _to_json(figure)
+    return figure_json(figure)
 
 
 def _shade(figure: go.Figure, phases: Phases, rows: Iterable[int] = (1,), cols: int = 1) -> None:
@@ -359,7 +359,7 @@ def timeline_figure(timelines: Mapping[str, Timeline]) -> str:
     figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
     figure.update_layout(title="Latency over time (by intended send time)",
                          **{**_LAYOUT, "height": 640, "margin": _SUBPLOT_MARGIN})
-    return _to_json(figure)
+    return figure_json(figure)
 
 
 def throughput_figure(timelines: Mapping[str, Timeline]) -> str:
@@ -389,7 +389,7 @@ def throughput_figure(timelines: Mapping[str, Timeline]) -> str:
     figure.update_yaxes(title_text="req/s", rangemode="tozero", row=2, col=1)
     figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
     figure.update_layout(**{**_LAYOUT, "height": 580, "margin": _SUBPLOT_MARGIN})
-    return _to_json(figure)
+    return figure_json(figure)
 
 
 SERVER_PANELS = ("Requests running / waiting", "KV-cache usage", "Preemptions per scrape interval",
@@ -460,7 +460,7 @@ def server_metrics_figure(series_by_label: Mapping[str, ServerSeries],
         _shade(figure, phases, rows=range(1, rows + 1), cols=cols)
     figure.update_layout(title="Server metrics (vLLM /metrics, scraped every ~2 s)",
                          **{**_LAYOUT, "height": 330 * rows + 110, "margin": _SUBPLOT_MARGIN})
-    return _to_json(figure)
+    return figure_json(figure)
 
 
 def chunks_per_token_histogram(values: np.ndarray, bins: int = 40
@@ -500,4 +500,4 @@ def health_figure(health_by_label: Mapping[str, Health]) -> str:
     figure.update_yaxes(title_text="requests", row=1, col=2)
     figure.update_layout(title="Measurement health", barmode="overlay",
                          **{**_LAYOUT, "height": 420, "margin": _SUBPLOT_MARGIN})
-    return _to_json(figure)
+    return figure_json(figure)

@@ -6,11 +6,13 @@ Safety: every string reaches the page through Jinja2's autoescape; Plotly specs 
 inside `<script type="application/json">` with `<`, `>`, `&` and U+2028/9 escaped
 (`script_json`), and are read with `JSON.parse`, never evaluated; user text put into Plotly
 labels is entity-escaped (`figures.plot_text`); credentials are redacted
-(`text.redact_secrets`) before anything is shown.
+(`redaction.redact_secrets`) before anything is shown. The experiment and comparison pages
+(`experiment_html`) share the template environment, the figure macro and the loader.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,13 @@ import yaml
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
+from vllm_slo.reports.analysis.summary import (
+    ReportedEstimate,
+    RequestCounts,
+    RunSummaryDocument,
+    SloEntry,
+    TrafficFacts,
+)
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import (
     build_health,
@@ -41,6 +50,7 @@ from vllm_slo.reports.render.figures import (
 from vllm_slo.reports.render.text import (
     format_interval,
     format_latency,
+    format_metric_value,
     format_observed,
     format_rate,
     format_threshold,
@@ -142,42 +152,40 @@ class ReportView:
         return [*self.distribution_figures, *self.time_figures, *extra, self.health.figure]
 
 
-def slo_rows(summary: Mapping[str, Any]) -> list[SloRow]:
-    return [SloRow(verdict=s["verdict"], verdict_class=s["verdict"].lower(), name=slo_name(s),
-                   objective=s["text"], threshold=format_threshold(s),
-                   observed=format_observed(s), basis=s["basis"],
-                   warnings=list(s["observed"]["warnings"]))
-            for s in summary["slos"]]
+def slo_rows(slos: Sequence[SloEntry]) -> list[SloRow]:
+    return [SloRow(verdict=s.verdict.value, verdict_class=s.verdict.value.lower(),
+                   name=slo_name(s), objective=s.rule.text, threshold=format_threshold(s),
+                   observed=format_observed(s), basis=s.basis,
+                   warnings=list(s.observed.warnings))
+            for s in slos]
 
 
-def latency_cell(estimate: Mapping[str, Any]) -> Cell:
+def latency_cell(estimate: ReportedEstimate) -> Cell:
     return Cell(format_latency(estimate), format_interval(estimate, format_duration_s),
-                "; ".join(estimate["warnings"]))
+                "; ".join(estimate.warnings))
 
 
-def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
+def metric_rows(summary: RunSummaryDocument) -> list[MetricRow]:
     rows = []
-    for name, metric in summary["metrics"].items():
-        estimates = {"mean": metric["mean"], **metric["percentiles"]}
-        rows.append(MetricRow(METRIC_TITLES.get(name, name), f"{metric['count']:,}",
+    for name, metric in summary.metrics.items():
+        estimates = {"mean": metric.mean, **metric.percentiles}
+        rows.append(MetricRow(METRIC_TITLES.get(name, name), f"{metric.count:,}",
                               [latency_cell(estimates[k]) for k in SUMMARY_COLUMNS]))
     return rows
 
 
-def totals(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    requests, throughput = summary["requests"], summary["throughput"]
-    error_rate = format_observed({"metric": "error_rate", "observed": summary["error_rate"]})
+def totals(summary: RunSummaryDocument) -> list[tuple[str, str]]:
+    requests = summary.requests
     return [
-        ("measured window", f"{summary['window_s']:.0f} s"),
-        ("requests", f"{requests['measured']:,} ({requests['ok']:,} ok, "
-                     f"{requests['failed']:,} failed)"),
-        ("error rate", error_rate),
-        ("output throughput", format_rate(throughput["output_tokens_per_s"], "tok/s")),
-        ("request throughput", format_rate(throughput["requests_per_s"], "req/s")),
-        ("goodput", f"{format_rate(summary['goodput']['requests_per_s'], 'req/s')} "
-                    f"({summary['goodput']['counts']})"),
-        ("send lag p99", "n/a" if summary["send_lag_p99_s"] is None
-         else format_duration_s(summary["send_lag_p99_s"])),
+        ("measured window", f"{summary.window_s:.0f} s"),
+        ("requests", f"{requests.measured:,} ({requests.ok:,} ok, "
+                     f"{requests.failed:,} failed)"),
+        ("error rate", format_metric_value("error_rate", summary.error_rate)),
+        ("output throughput", format_rate(summary.output_tokens_per_s, "tok/s")),
+        ("request throughput", format_rate(summary.requests_per_s, "req/s")),
+        ("goodput", f"{format_rate(summary.goodput, 'req/s')} ({summary.goodput_counts})"),
+        ("send lag p99", "n/a" if summary.send_lag_p99_s is None
+         else format_duration_s(summary.send_lag_p99_s)),
     ]
 
 
@@ -212,50 +220,46 @@ def _percentile_rows(values: np.ndarray, fmt, percentiles: Sequence[float]
     return [*rows, ("max", fmt(float(values.max()))), ("requests", f"{values.size:,}")]
 
 
-def load_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """How the load was actually applied, from summary.json's optional "traffic" facts."""
-    traffic = summary.get("traffic")
-    if not traffic:
-        return []
-    rows = [("profile / endpoint", f"{traffic.get('profile')} / {traffic.get('endpoint')}")]
-    arrival = str(traffic.get("arrival"))
-    if traffic.get("intended_rate_per_s") is not None:
-        arrival += f" at {traffic['intended_rate_per_s']:g} req/s intended"
+def load_rows(traffic: TrafficFacts, measured: int) -> list[tuple[str, str]]:
+    """How the load was actually applied (summary.json's "traffic" facts); `measured` is the
+    number of measured requests (for the share that waited for a slot)."""
+    rows = [("profile / endpoint", f"{traffic.profile} / {traffic.endpoint}")]
+    arrival = traffic.arrival
+    if traffic.intended_rate_per_s is not None:
+        arrival += f" at {traffic.intended_rate_per_s:g} req/s intended"
     rows.append(("arrival", arrival))
-    if traffic.get("sent_per_s") is not None:
-        rows.append(("sent (measured window)", f"{traffic['sent_per_s']:.2f} req/s"))
-    if traffic.get("client_send_lag_p99_s") is not None:
+    if traffic.sent_per_s is not None:
+        rows.append(("sent (measured window)", f"{traffic.sent_per_s:.2f} req/s"))
+    if traffic.client_send_lag_p99_s is not None:
         rows.append(("client send lag p99 (not queued)",
-                     format_duration_s(traffic["client_send_lag_p99_s"])))
-    queued = traffic.get("queued_for_slot")
-    if queued is not None:
-        measured = summary["requests"]["measured"]
-        share = f" ({queued / measured:.1%})" if measured else ""
-        rows.append(("waited for an in-flight slot", f"{queued:,}{share}"))
-    if traffic.get("reused_prompts"):
-        rows.append(("prompts reused (plan cycled)", f"{traffic['reused_prompts']:,}"))
-    plan = traffic.get("plan")
-    if isinstance(plan, dict):
+                     format_duration_s(traffic.client_send_lag_p99_s)))
+    queued = traffic.queued_for_slot
+    share = f" ({queued / measured:.1%})" if measured else ""
+    rows.append(("waited for an in-flight slot", f"{queued:,}{share}"))
+    if traffic.reused_prompts:
+        rows.append(("prompts reused (plan cycled)", f"{traffic.reused_prompts:,}"))
+    plan = traffic.plan
+    if isinstance(plan, Mapping):
         facts = [f"{k} {v}" for k, v in plan.items()
                  if k in ("requests", "trimmed", "rejected", "filtered") and v not in ({}, [])]
         rows.append(("request plan", ", ".join(facts)))
-    if traffic.get("prefix_cache_reset") is not None:
-        rows.append(("prefix cache before the run", str(traffic["prefix_cache_reset"])))
-    if traffic.get("prefix_cache_hit_rate") is not None:
-        rows.append(("prefix-cache hit rate (run)", f"{traffic['prefix_cache_hit_rate']:.1%}"))
-    cpu = traffic.get("client_cpu")
-    if cpu:
+    if traffic.prefix_cache_reset is not None:
+        rows.append(("prefix cache before the run", str(traffic.prefix_cache_reset)))
+    if traffic.prefix_cache_hit_rate is not None:
+        rows.append(("prefix-cache hit rate (run)", f"{traffic.prefix_cache_hit_rate:.1%}"))
+    cpu = traffic.client_cpu
+    if cpu is not None:
         rows.append(("load generator CPU (% of a core, per process-second)",
-                     f"p50 {cpu['p50_percent']:.0f}%, p99 {cpu['p99_percent']:.0f}%, "
-                     f"max {cpu['max_percent']:.0f}%"))
+                     f"p50 {cpu.p50_percent:.0f}%, p99 {cpu.p99_percent:.0f}%, "
+                     f"max {cpu.max_percent:.0f}%"))
     return [(key, redact_text(value)) for key, value in rows]
 
 
-def error_rows(summary: Mapping[str, Any], table: pa.Table) -> list[ErrorRow]:
+def error_rows(requests: RequestCounts, table: pa.Table) -> list[ErrorRow]:
     """Failed measured requests by kind (summary.json's counts), with their status codes and
     the first error text of each kind (redacted, truncated; escaped by the template)."""
-    by_kind = summary["requests"]["errors_by_kind"]
-    failed = summary["requests"]["failed"]
+    by_kind = requests.errors_by_kind
+    failed = requests.failed
     if not by_kind:
         return []
     measured_failed = table.filter(pc.and_(
@@ -279,13 +283,13 @@ def error_rows(summary: Mapping[str, Any], table: pa.Table) -> list[ErrorRow]:
     return rows
 
 
-def build_view(summary: dict[str, Any], series: RunSeries, table: pa.Table,
+def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
                server_records: list[dict[str, Any]] | None = None) -> ReportView:
-    """The whole report as values. `summary` is summary.json's document, `series` the measured
-    window's series, `table` all sample rows, `server_records` the parsed lines of
+    """The whole report as values. `summary` is the run's summary document, `series` the
+    measured window's series, `table` all sample rows, `server_records` the parsed lines of
     server_metrics.jsonl (None or [] when the run has none)."""
     label = "run"
-    scenario = redact_secrets(summary["scenario"])
+    scenario = redact_secrets(dict(summary.scenario))
     timeline = build_timeline(table, float(scenario["traffic"]["duration"]))
     distribution_figures = [
         FigureView("fig-ecdf", "Latency distributions", latency_ecdf_figure({label: series}))]
@@ -314,39 +318,50 @@ def build_view(summary: dict[str, Any], series: RunSeries, table: pa.Table,
         if several > 0:
             notes.append("Several tokens arrived in one chunk for some requests (normal under "
                          "load); ITL counts gaps between chunks, token counts come from usage.")
-    lag_p99 = summary["send_lag_p99_s"]
+    lag_p99 = summary.send_lag_p99_s
     if lag_p99 is not None and lag_p99 > 0.01:
         notes.append(f"Send lag p99 is {format_duration_s(lag_p99)}: the client started requests "
                      f"late; open-loop TTFT includes this lag (it is measured from the "
                      f"intended send time).")
     health_view = HealthView(
-        load=load_rows(summary),
+        load=load_rows(summary.traffic, summary.requests.measured),
         send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
-        chunks=chunk_rows, errors=error_rows(summary, table),
+        chunks=chunk_rows, errors=error_rows(summary.requests, table),
         figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),
         notes=notes)
-    verdict = outcome(summary)
+    verdict = outcome(summary.exit_code)
     return ReportView(
-        title=f"vllm-slo · {scenario['name']}", run_id=summary["run_id"],
-        description=scenario.get("description") or "", outcome=verdict,
-        outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary),
-        slo_rows=slo_rows(summary), summary_columns=list(SUMMARY_COLUMNS),
+        title=f"vllm-slo · {summary.scenario_name}", run_id=summary.run_id,
+        description=summary.description, outcome=verdict,
+        outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary.slos),
+        slo_rows=slo_rows(summary.slos), summary_columns=list(SUMMARY_COLUMNS),
         metric_rows=metric_rows(summary), totals=totals(summary),
         distribution_figures=distribution_figures, time_figures=time_figures, server=server,
         health=health_view,
-        provenance=provenance_rows(summary["provenance"]),
+        provenance=provenance_rows(summary.provenance),
         scenario_yaml=yaml.safe_dump(scenario, sort_keys=False, allow_unicode=True),
-        warnings=[redact_text(w) for w in summary["warnings"]],
-        invalid_reasons=[redact_text(r) for r in summary["invalid_reasons"]],
+        warnings=[redact_text(w) for w in summary.warnings],
+        invalid_reasons=[redact_text(r) for r in summary.invalid_reasons],
         plotly_js=get_plotlyjs())
 
 
-def render_html(view: ReportView) -> str:
+@functools.cache
+def template_environment() -> jinja2.Environment:
+    """Jinja2 for every page: autoescape on, StrictUndefined, and `script_json` for Plotly
+    specs (templates/_plots.html.j2 places them and loads them with JSON.parse)."""
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined)
     environment.filters["script_json"] = script_json
-    return environment.get_template("report.html.j2").render(view=view)
+    return environment
+
+
+def render_template(name: str, view: object) -> str:
+    return template_environment().get_template(name).render(view=view)
+
+
+def render_html(view: ReportView) -> str:
+    return render_template("report.html.j2", view)
 
 
 _SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",

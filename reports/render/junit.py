@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
 
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.reports.analysis.summary import RunSummaryDocument
+from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,
@@ -41,17 +41,16 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attributes: st
     return element
 
 
-def render_junit(summary: dict[str, Any]) -> str:
-    scenario = summary["scenario"]["name"]
-    suite_name = f"vllm-slo.{scenario}"
-    invalid = list(summary["invalid_reasons"])
+def render_junit(summary: RunSummaryDocument) -> str:
+    suite_name = f"vllm-slo.{summary.scenario_name}"
+    invalid = list(summary.invalid_reasons)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     root = ET.Element("testsuites", {"name": "vllm-slo"})
     suite = ET.SubElement(root, "testsuite", {"name": _clean(suite_name)})
     properties = ET.SubElement(suite, "properties")
-    provenance = redact_secrets(summary["provenance"])
-    facts = {"run_id": summary["run_id"], "outcome": outcome(summary),
-             "exit_code": str(summary["exit_code"]),
+    provenance = summary.provenance  # redacted when the document was built
+    facts = {"run_id": summary.run_id, "outcome": outcome(summary.exit_code),
+             "exit_code": str(summary.exit_code),
              **{key: str(provenance[key]) for key in ("vllm_version", "model_id", "platform",
                                                       "suite_git_commit", "seed")
                 if provenance.get(key) is not None}}
@@ -65,28 +64,29 @@ def render_junit(summary: dict[str, Any]) -> str:
         _sub(validity, "error", "\n".join(invalid), message="; ".join(invalid),
              type="invalid measurement")
         counts["errors"] += 1
-    for slo in summary["slos"]:
+    for slo in summary.slos:
         case = _sub(suite, "testcase", classname=suite_name, name=slo_label(slo), time="0")
         counts["tests"] += 1
         comparison = f"observed {format_observed(slo)} vs threshold {format_threshold(slo)}"
-        details = "\n".join([slo["basis"], *slo["observed"]["warnings"]])
+        details = "\n".join([slo.basis, *slo.observed.warnings])
+        verdict = slo.verdict.value
         if invalid:
             _sub(case, "error", details,
-                 message=f"measurement invalid, verdict {slo['verdict']} not trusted: "
+                 message=f"measurement invalid, verdict {verdict} not trusted: "
                          f"{comparison}", type="invalid measurement")
             counts["errors"] += 1
-        elif slo["verdict"] == "FAIL":
+        elif verdict == "FAIL":
             _sub(case, "failure", details, message=comparison, type="SLO FAIL")
             counts["failures"] += 1
-        elif slo["verdict"] == "INCONCLUSIVE":
+        elif verdict == "INCONCLUSIVE":
             _sub(case, "skipped", details, message=f"INCONCLUSIVE: {comparison}")
             counts["skipped"] += 1
     _sub(suite, "system-out", render_table(summary))
-    timestamp = summary["provenance"].get("started_utc")
+    timestamp = provenance.get("started_utc")
     for element in (root, suite):
         for key, value in counts.items():
             element.set(key, str(value))
-        element.set("time", f"{summary['window_s']:.3f}")
+        element.set("time", f"{summary.window_s:.3f}")
     if isinstance(timestamp, str):
         suite.set("timestamp", _clean(timestamp))
     ET.indent(root)

@@ -1,5 +1,5 @@
-"""summary.md: a short Markdown digest of summary.json (verdicts, then the latency summary),
-written into the run folder and appended to `$GITHUB_STEP_SUMMARY` when that is set.
+"""summary.md: a short Markdown digest of a run's summary document (verdicts, then the latency
+summary), written into the run folder and appended to `$GITHUB_STEP_SUMMARY` when that is set.
 
 Markdown renderers (GitHub's included) accept inline HTML, so every piece of text that did not
 come from our own number formatting is escaped: HTML metacharacters become entities and
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
+from vllm_slo.reports.analysis.summary import RunSummaryDocument
 from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.text import (
     format_latency,
@@ -44,34 +44,35 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
-    verdict = outcome(summary)
-    lines = [f"### vllm-slo · {escape(summary['scenario']['name'])}: **{verdict}**", "",
-             f"Run {escape(summary['run_id'])} · {verdict_counts(summary)} · "
-             f"exit code {summary['exit_code']}", ""]
-    if summary["invalid_reasons"]:
-        for reason in summary["invalid_reasons"]:
+def render_markdown(summary: RunSummaryDocument) -> str:
+    verdict = outcome(summary.exit_code)
+    lines = [f"### vllm-slo · {escape(summary.scenario_name)}: **{verdict}**", "",
+             f"Run {escape(summary.run_id)} · {verdict_counts(summary.slos)} · "
+             f"exit code {summary.exit_code}", ""]
+    if summary.invalid_reasons:
+        for reason in summary.invalid_reasons:
             lines.append(f"- **measurement invalid:** {escape(redact_text(reason))}")
         lines.append("")
-    if summary["slos"]:
+    if summary.slos:
         lines.append(_row(["verdict", "SLO", "threshold", "observed [95% CI]"]))
         lines.append(_row(["---"] * 4))
-        for slo in summary["slos"]:
-            shown = f"**{slo['verdict']}**" if slo["verdict"] != "PASS" else slo["verdict"]
+        for slo in summary.slos:
+            name = slo.verdict.value
+            shown = f"**{name}**" if name != "PASS" else name
             lines.append(_row([shown, cell(slo_name(slo)), cell(format_threshold(slo)),
                                cell(format_observed(slo))]))
         lines.append("")
     lines.append(_row(["metric", "count", "mean", "p50", "p95", "p99"]))
     lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
-    for name, metric in summary["metrics"].items():
-        p = metric["percentiles"]
-        lines.append(_row([name, str(metric["count"]), format_latency(metric["mean"]),
+    for name, metric in summary.metrics.items():
+        p = metric.percentiles
+        lines.append(_row([name, str(metric.count), format_latency(metric.mean),
                            *(format_latency(p[k]) for k in ("p50", "p95", "p99"))]))
     lines.append("")
     lines.append(cell(requests_line(summary)))
-    if summary["warnings"]:
+    if summary.warnings:
         lines.append("")
-        lines.extend(f"- warning: {escape(redact_text(w))}" for w in summary["warnings"])
+        lines.extend(f"- warning: {escape(redact_text(w))}" for w in summary.warnings)
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,7 @@ and the report view built around them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -169,14 +170,10 @@ def test_view_and_html_for_a_run_without_server_metrics(tmp_path) -> None:
 
 
 def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
-    from vllm_slo.reports.samples import load_samples
+    from vllm_slo.reports.run_report import load_run
 
-    run_dir = make_run(tmp_path)
-    result = render_run(run_dir)
-    table = load_samples(run_dir)
-    duration = result.summary["scenario"]["traffic"]["duration"]
-    view = build_view(result.summary, run_series(table, duration), table,
-                      read_server_metrics(run_dir / "server_metrics.jsonl"))
+    loaded = load_run(make_run(tmp_path))
+    view = build_view(loaded.document, loaded.series, loaded.table, loaded.server_records)
     figures = view.all_figures()
     assert [f.element_id for f in figures] == ["fig-ecdf", "fig-timeline", "fig-throughput",
                                                "fig-server", "fig-health"]
@@ -185,23 +182,29 @@ def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
         assert html.count(f'id="{figure.element_id}"') == 1
         spec = json.loads(figure.plotly_json)
         assert spec["data"], figure.element_id
-    assert [row.verdict for row in view.slo_rows] == [s["verdict"] for s in result.summary["slos"]]
+    assert [row.verdict for row in view.slo_rows] == [
+        s.verdict.value for s in loaded.document.slos]
     assert view.outcome == "FAIL" and view.outcome_class == "fail"
 
 
 def test_load_rows_from_the_traffic_facts() -> None:
+    from vllm_slo.reports.analysis.summary import TrafficFacts
     from vllm_slo.reports.render.html import load_rows
 
-    assert load_rows({"requests": {"measured": 0}}) == []
-    summary = {"requests": {"measured": 200}, "traffic": {
-        "profile": "chat", "endpoint": "chat", "arrival": "poisson", "intended_rate_per_s": 4.0,
-        "sent_per_s": 3.95, "client_send_lag_p99_s": 0.0021, "queued_for_slot": 10,
-        "reused_prompts": 0, "plan": {"requests": 300, "sha256": "ab", "trimmed": 2,
-                                      "rejected": 0, "filtered": 1},
-        "prefix_cache_reset": "reset", "prefix_cache_hit_rate": 0.5}}
-    assert load_rows(summary) == [
+    traffic = TrafficFacts(
+        profile="chat", endpoint="chat", arrival="poisson", intended_rate_per_s=4.0,
+        sent_per_s=3.95, send_lag_p50_s=0.001, send_lag_p99_s=0.003,
+        client_send_lag_p99_s=0.0021, queued_for_slot=10, reused_prompts=0,
+        plan={"requests": 300, "sha256": "ab", "trimmed": 2, "rejected": 0, "filtered": 1},
+        prefix_cache_reset="reset", prefix_cache_hit_rate=0.5, client_cpu=None)
+    assert load_rows(traffic, 200) == [
         ("profile / endpoint", "chat / chat"), ("arrival", "poisson at 4 req/s intended"),
         ("sent (measured window)", "3.95 req/s"), ("client send lag p99 (not queued)", "2.1ms"),
         ("waited for an in-flight slot", "10 (5.0%)"),
         ("request plan", "requests 300, trimmed 2, rejected 0, filtered 1"),
         ("prefix cache before the run", "reset"), ("prefix-cache hit rate (run)", "50.0%")]
+    closed = dataclasses.replace(traffic, arrival="closed", intended_rate_per_s=None,
+                                 queued_for_slot=0, plan=None, prefix_cache_reset=None,
+                                 prefix_cache_hit_rate=None)
+    assert load_rows(closed, 0)[1:3] == [("arrival", "closed"),
+                                         ("sent (measured window)", "3.95 req/s")]

@@ -124,11 +124,16 @@ def test_junit_invalid_measurement_is_an_error_everywhere(tmp_path: Path) -> Non
 
 
 def test_junit_survives_control_characters_and_markup(tmp_path: Path) -> None:
-    from vllm_slo.reports.render.junit import render_junit
+    import dataclasses
 
-    summary = json.loads(json.dumps(render_run(make_run(tmp_path)).summary))
-    summary["slos"][1]["basis"] = "bell \x07 and <b>markup</b> & \"quotes\" \x1b[31m"
-    text = render_junit(summary)
+    from vllm_slo.reports.render.junit import render_junit
+    from vllm_slo.reports.run_report import load_run
+
+    document = load_run(make_run(tmp_path)).document
+    slos = list(document.slos)
+    slos[1] = dataclasses.replace(
+        slos[1], basis="bell \x07 and <b>markup</b> & \"quotes\" \x1b[31m")
+    text = render_junit(dataclasses.replace(document, slos=tuple(slos)))
     case = ET.fromstring(text).find("testsuite/testcase[3]/failure")
     assert case is not None
     assert "<b>markup</b> & \"quotes\"" in (case.text or "")

@@ -1,0 +1,388 @@
+"""An experiment's (trials × variants) or a comparison's (saved runs) summary as one frozen
+typed value (pure): per-variant statistics across trials, SLO verdicts from across-trial
+confidence intervals, comparisons between groups (benchstat table), trial planning and the
+provenance that differs. `ExperimentSummary.to_json_dict` is its one serialisation
+(reports/schema/experiment-summary.schema.json); the renderers read the typed value."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from vllm_slo.reports.analysis.comparison import (
+    CellComparison,
+    CellPlan,
+    Group,
+    benchstat_table,
+    center_estimate,
+    compare_groups,
+    plan_trials,
+    reachability_warning,
+)
+from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
+from vllm_slo.reports.analysis.statistics import rate_estimate, slo_verdict
+from vllm_slo.reports.analysis.summary import ReportedEstimate, SloEntry
+from vllm_slo.reports.analysis.trial_folders import Trial, cell_value
+from vllm_slo.reports.analysis.verdicts import choose_exit_code
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.slo import SloRule
+
+EXPERIMENT_SCHEMA_VERSION = 1
+PROVENANCE_KEYS = ("model_id", "vllm_version", "platform", "seed", "max_model_len")
+Kind = Literal["experiment", "comparison"]
+
+
+def _number(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialEntry:
+    folder: str  # experiment: the trial folder's name; comparison: the run folder's path
+    position: int
+    exit_code: int
+    invalid_reasons: tuple[str, ...]
+    cells: Mapping[str, float | None]  # this trial's statistic per cell (point values)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"folder": self.folder, "position": self.position, "exit_code": self.exit_code,
+                "invalid_reasons": list(self.invalid_reasons), "cells": dict(self.cells)}
+
+
+@dataclass(frozen=True, slots=True)
+class VariantEntry:
+    """One variant of an experiment, or one compared run (an experiment's variant)."""
+
+    label: str
+    trials: tuple[TrialEntry, ...]
+    cells: Mapping[str, ReportedEstimate]  # mean across valid trials with a t interval
+    slos: tuple[SloEntry, ...]
+    server_args: Mapping[str, Any] | None = None  # experiment only: its `vllm serve` args
+
+    @property
+    def valid_trials(self) -> int:
+        return sum(1 for trial in self.trials if trial.valid)
+
+    def values(self, cell: str) -> list[float]:
+        """The per-trial values the statistics used: valid trials that have one."""
+        return [value for trial in self.trials if trial.valid
+                for value in (trial.cells.get(cell),) if value is not None]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "trials": [trial.to_json_dict() for trial in self.trials],
+            "valid_trials": self.valid_trials,
+            "cells": {cell: estimate.to_json_dict() for cell, estimate in self.cells.items()},
+            "slos": [slo.to_json_dict() for slo in self.slos],
+        }
+        if self.server_args is not None:
+            document["server_args"] = dict(self.server_args)
+        return document
+
+
+@dataclass(frozen=True, slots=True)
+class CellComparisonEntry:
+    cell: str
+    baseline: str
+    candidate: str
+    n_baseline: int
+    n_candidate: int
+    center_baseline: float | None
+    center_candidate: float | None
+    p_value: float | None  # two-sided Mann-Whitney U on per-trial values
+    p_adjusted: float | None  # Holm over the pair's cells
+    significant: bool
+    alpha: float
+    shift: ReportedEstimate  # Hodges-Lehmann, candidate - baseline
+    ratio: ReportedEstimate  # Hodges-Lehmann on logarithms, candidate / baseline
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def of(cls, item: CellComparison) -> CellComparisonEntry:
+        result = item.comparison
+        return cls(item.cell, item.baseline, item.candidate, int(result.n_a), int(result.n_b),
+                   _number(result.center_a), _number(result.center_b), _number(result.p_value),
+                   _number(result.p_adjusted), bool(result.significant), float(result.alpha),
+                   ReportedEstimate.of(result.shift), ReportedEstimate.of(result.ratio),
+                   tuple(result.warnings))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "cell": self.cell, "baseline": self.baseline, "candidate": self.candidate,
+            "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
+            "center_baseline": self.center_baseline, "center_candidate": self.center_candidate,
+            "p_value": self.p_value, "p_adjusted": self.p_adjusted,
+            "significant": self.significant, "alpha": self.alpha,
+            "shift": self.shift.to_json_dict(), "ratio": self.ratio.to_json_dict(),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonEntry:
+    """One candidate against the baseline, every compared cell (one Holm family)."""
+
+    baseline: str
+    candidate: str
+    cells: tuple[CellComparisonEntry, ...]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "candidate": self.candidate,
+                "cells": [cell.to_json_dict() for cell in self.cells]}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    cell: str
+    trial_to_trial_cv: float
+    effect: float
+    alpha: float
+    power: float
+    trials_per_variant: int | None  # None: more than the planner's cap
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def of(cls, item: CellPlan) -> PlanEntry:
+        plan = item.plan
+        needed = None if plan.trials_per_variant is None else int(plan.trials_per_variant)
+        return cls(item.cell, float(plan.cv), float(plan.effect), float(plan.alpha),
+                   float(plan.power), needed, tuple(plan.warnings))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"cell": self.cell, "trial_to_trial_cv": self.trial_to_trial_cv,
+                "effect": self.effect, "alpha": self.alpha, "power": self.power,
+                "trials_per_variant": self.trials_per_variant, "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True, slots=True)
+class OrderEntry:
+    position: int
+    variant: str
+    folder: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "variant": self.variant, "folder": self.folder}
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentSummary:
+    """Everything an experiment's (or a comparison's) summary.json holds. `scenario` is the
+    (redacted) scenario echo; `cells` the compared cells, in order."""
+
+    kind: Kind
+    run_id: str
+    scenario: Mapping[str, Any]
+    cells: tuple[str, ...]
+    trials_per_variant: int
+    variants: tuple[VariantEntry, ...]  # baseline first
+    comparisons: tuple[ComparisonEntry, ...]
+    planning: tuple[PlanEntry, ...]
+    provenance_differences: Mapping[str, Mapping[str, Any]]  # key -> {label: value}
+    benchstat: str  # the benchstat-style table ("" without a comparison)
+    exit_code: int
+    invalid_reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    runs: tuple[str, ...] | None = None  # comparison only: the run folders, baseline first
+    order: tuple[OrderEntry, ...] | None = None  # experiment only: execution order
+    schema_version: int = EXPERIMENT_SCHEMA_VERSION
+
+    @property
+    def scenario_name(self) -> str:
+        return str(self.scenario["name"])
+
+    @property
+    def description(self) -> str:
+        return str(self.scenario.get("description") or "")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """summary.json's content (JSON types only, in the documented key order)."""
+        document: dict[str, Any] = {
+            "schema_version": self.schema_version, "kind": self.kind, "run_id": self.run_id,
+            "scenario": self.scenario, "trials_per_variant": self.trials_per_variant}
+        if self.runs is not None:
+            document["runs"] = list(self.runs)
+        if self.order is not None:
+            document["order"] = [entry.to_json_dict() for entry in self.order]
+        document.update({
+            "variants": {v.label: v.to_json_dict() for v in self.variants},
+            "comparisons": [c.to_json_dict() for c in self.comparisons],
+            "planning": [p.to_json_dict() for p in self.planning],
+            "provenance_differences": {k: dict(v)
+                                       for k, v in self.provenance_differences.items()},
+            "benchstat": self.benchstat,
+            "exit_code": self.exit_code,
+            "invalid_reasons": list(self.invalid_reasons),
+            "warnings": list(self.warnings),
+        })
+        return document
+
+
+# ------------------------------------------------------------------------------------------
+# building
+
+
+def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> SloEntry:
+    """k >= 2 valid trials: the CI across trials of the per-trial statistic (error rate: exact
+    bounds on the pooled counts). One trial: that trial's own verdict."""
+    valid = [t for t in group.trials if t.valid]
+    if len(valid) == 1:
+        own = next(s for s in valid[0].outcome.slos
+                   if s.rule.metric == rule.metric and s.rule.text == rule.text)
+        return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}")
+    if rule.metric == "error_rate":
+        failed = sum(t.series.failed for t in valid)
+        requests = sum(t.series.requests for t in valid)
+        estimate = rate_estimate(failed, requests, confidence)
+        basis = f"{failed} of {requests} requests failed over {len(valid)} trials (exact bounds)"
+    else:
+        estimate = center_estimate(group, f"{rule.metric}.{rule.statistic}", confidence)
+        basis = (f"mean of {estimate.n} trials' {rule.statistic} with a t interval across "
+                 f"trials")
+    return SloEntry(rule, ReportedEstimate.of(estimate),
+                    slo_verdict(estimate, rule.comparator, rule.threshold), basis)
+
+
+def pooled_series(trials: Sequence[Trial]) -> RunSeries:
+    """All valid trials' measured requests together (for distribution plots only)."""
+    valid = [t.series for t in trials if t.valid] or [t.series for t in trials]
+    pooled = {name: np.concatenate([getattr(s, f"{name}_s") for s in valid])
+              for name in (*LATENCY_METRICS, "send_lag")}
+    return dataclasses.replace(valid[0], **{f"{k}_s": v for k, v in pooled.items()})
+
+
+def _provenance_value(trial: Trial, key: str) -> Any:
+    if key == "engine_args":
+        return (trial.provenance.get("launch") or {}).get("engine_args")
+    if key == "host":
+        host = trial.provenance.get("host") or {}
+        return {k: host.get(k) for k in ("cpu_model", "gpus")}
+    return trial.provenance.get(key)
+
+
+def provenance_differences(groups: Sequence[Group]) -> dict[str, dict[str, Any]]:
+    """Provenance keys whose values differ between groups (label -> the value of the group's
+    first trial)."""
+    differences: dict[str, dict[str, Any]] = {}
+    for key in (*PROVENANCE_KEYS, "host", "engine_args"):
+        values = {group.label: _provenance_value(group.trials[0], key)
+                  for group in groups if group.trials}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            differences[key] = values
+    return differences
+
+
+def groups_by_variant(trials: Sequence[Trial], order: Sequence[str]) -> list[Group]:
+    return [Group(name or "run", tuple(t for t in trials if t.variant == name)) for name in order]
+
+
+def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[SloEntry] = (),
+             server_args: Mapping[str, Any] | None = None) -> VariantEntry:
+    """`folder` is "name" (an experiment's trial folders) or "path" (compared run folders)."""
+    trials = tuple(
+        TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
+                   t.outcome.exit_code, t.outcome.invalid_reasons,
+                   {c: _number(cell_value(t.series, c)) for c in cells})
+        for t in group.trials)
+    return VariantEntry(group.label, trials,
+                        {c: ReportedEstimate.of(center_estimate(group, c)) for c in cells},
+                        tuple(slos), server_args)
+
+
+def _excluded_warning(variant: VariantEntry) -> list[str]:
+    excluded = len(variant.trials) - variant.valid_trials
+    if variant.valid_trials > 0 and excluded:
+        return [f"variant {variant.label}: {excluded} invalid trial(s) excluded"]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class _Compared:
+    comparisons: tuple[ComparisonEntry, ...]
+    planning: tuple[PlanEntry, ...]
+    benchstat: str
+    reach_warning: str | None
+
+
+def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float,
+             trials_per_side: int) -> _Compared:
+    families = compare_groups(groups, cells, alpha) if len(groups) > 1 else []
+    reach = (reachability_warning(trials_per_side, len(cells), alpha) if len(groups) > 1
+             else None)
+    return _Compared(
+        tuple(ComparisonEntry(f[0].baseline, f[0].candidate,
+                              tuple(CellComparisonEntry.of(item) for item in f))
+              for f in families),
+        tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha)),
+        benchstat_table(groups, families, cells) if families else "", reach)
+
+
+def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id: str,
+                             interrupted: bool) -> tuple[ExperimentSummary, list[Group]]:
+    """An experiment folder's summary (its trials in execution order) and its groups."""
+    arms = resolve_variants(scenario)
+    groups = groups_by_variant(trials, list(arms))
+    cells = tuple(scenario.compare.cells)
+    invalid: list[str] = []
+    if interrupted:
+        invalid.append("the experiment was interrupted before its planned end")
+    variants = []
+    warnings: list[str] = []
+    for group, arm in zip(groups, arms.values(), strict=True):
+        if group.valid_trials == 0:
+            invalid.append(f"variant {group.label}: no valid trial")
+        slos = ([slo_across_trials(group, rule) for rule in arm.slo.rules()]
+                if group.valid_trials else [])
+        variants.append(_variant(group, cells, "name", slos, redact_secrets(arm.server.args)))
+        warnings += _excluded_warning(variants[-1])
+    compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect,
+                        scenario.trials)
+    if compared.reach_warning:
+        warnings.append(compared.reach_warning)
+    slos = [slo for variant in variants for slo in variant.slos]
+    summary = ExperimentSummary(
+        kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),
+        cells=cells, trials_per_variant=scenario.trials, variants=tuple(variants),
+        comparisons=compared.comparisons, planning=compared.planning,
+        provenance_differences=provenance_differences(groups), benchstat=compared.benchstat,
+        exit_code=int(choose_exit_code(slos, invalid)), invalid_reasons=tuple(invalid),
+        warnings=tuple(warnings),
+        order=tuple(OrderEntry(t.position, t.label, t.run_dir.name)
+                    for t in sorted(trials, key=lambda t: t.position)))
+    return summary, groups
+
+
+def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
+                             cells: Sequence[str] | None, alpha: float, run_id: str
+                             ) -> ExperimentSummary:
+    """Saved runs compared (`vllm-slo compare`): one group per run folder (or per variant of
+    an experiment folder), the first the baseline. The scenario echo is the baseline's, with
+    the compared cells and alpha; planning uses its `compare.effect`. No SLO verdicts: runs
+    are compared, not judged (exit code 0)."""
+    baseline = groups[0].trials[0].scenario
+    cells = tuple(cells or baseline.compare.cells)
+    effect = baseline.compare.effect
+    smallest = min(len(g.values(cells[0])) for g in groups)
+    variants = [_variant(group, cells, "path") for group in groups]
+    compared = _compare(groups, cells, alpha, effect, max(smallest, 1))
+    warnings = [w for variant in variants for w in _excluded_warning(variant)]
+    if compared.reach_warning:
+        warnings.append(compared.reach_warning)
+    scenario = {**baseline.to_yaml_dict(),
+                "compare": {"cells": list(cells), "alpha": alpha, "effect": effect}}
+    return ExperimentSummary(
+        kind="comparison", run_id=run_id, scenario=redact_secrets(scenario), cells=cells,
+        trials_per_variant=smallest, variants=tuple(variants),
+        comparisons=compared.comparisons, planning=compared.planning,
+        provenance_differences=provenance_differences(groups), benchstat=compared.benchstat,
+        exit_code=0, invalid_reasons=(), warnings=tuple(warnings), runs=tuple(runs))

@@ -1,0 +1,231 @@
+"""The experiment and comparison page: an `ExperimentView` is built from the typed
+`ExperimentSummary` (every string formatted, every decision made here), then the logic-free
+template `experiment.html.j2` lays it out with the run report's environment, figure macro and
+loader (`html.render_template`): Plotly specs travel as JSON in
+`<script type="application/json">`, read with JSON.parse, and user text reaches the page only
+through autoescape (or `figures.plot_text` inside Plotly labels)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import yaml
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary, VariantEntry
+from vllm_slo.reports.analysis.run_metrics import RunSeries
+from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.reports.render.figures import colour, figure_json, latency_ecdf_figure, plot_text
+from vllm_slo.reports.render.html import FigureView, render_template
+from vllm_slo.reports.render.text import (
+    format_observed,
+    format_threshold,
+    format_trials_needed,
+    outcome,
+    slo_name,
+    verdict_counts,
+)
+from vllm_slo.scenarios.run_files import REPORT_FILE, TRIALS_DIR
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSloRow:
+    variant: str
+    verdict: str
+    verdict_class: str
+    name: str  # "ttft p50"
+    threshold: str  # "< 80.0ms"
+    observed: str  # "55.1ms [52.0ms, 58.3ms]"
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
+class VariantRow:
+    name: str
+    trials: str  # "4 of 4"
+    server_args: str  # "block-size=32 enable-chunked-prefill=true", or "" (comparison)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    cell: str
+    cv: str
+    effect: str
+    trials: str
+    notes: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRow:
+    position: str
+    variant: str
+    folder: str
+    exit_code: str
+    invalid: str
+    report: str  # link to the trial's own report.html
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentView:
+    title: str
+    run_id: str
+    description: str
+    outcome: str  # PASS | FAIL | INCONCLUSIVE | INVALID, or "" for a comparison
+    outcome_class: str
+    headline: str  # "2 variants × 4 trials · 4 SLOs: 3 PASS, 1 FAIL"
+    invalid_reasons: list[str]
+    warnings: list[str]
+    slo_rows: list[VariantSloRow]
+    no_slo_note: str
+    variants_title: str
+    variant_rows: list[VariantRow]
+    benchstat: str
+    figures: list[FigureView]
+    plan_rows: list[PlanRow]
+    no_plan_note: str
+    trial_rows: list[TrialRow]
+    differences: list[tuple[str, str]]
+    scenario_title: str
+    scenario_yaml: str
+    plotly_js: str
+
+
+def _cell_scale_and_unit(cell: str) -> tuple[float, str]:
+    if cell.startswith("output_throughput"):
+        return 1.0, "tok/s"
+    if cell.startswith("request_throughput"):
+        return 1.0, "req/s"
+    if cell.startswith("error_rate"):
+        return 1.0, ""
+    return 1e3, "ms"
+
+
+def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) -> str:
+    """Per-trial values of each compared cell (valid trials), with the across-trial mean and
+    its 95% CI, one colour per variant."""
+    columns = 3
+    rows = max(1, -(-len(cells) // columns))
+    figure = make_subplots(rows=rows, cols=columns,
+                           subplot_titles=[plot_text(c) for c in cells])
+    for index, cell in enumerate(cells):
+        row, col = divmod(index, columns)
+        scale, unit = _cell_scale_and_unit(cell)
+        for number, variant in enumerate(variants):
+            label = plot_text(variant.label)
+            values = [v * scale for v in variant.values(cell)]
+            figure.add_trace(go.Scatter(
+                x=[label] * len(values), y=values, mode="markers",
+                marker={"size": 8, "opacity": 0.7, "color": colour(number)},
+                name=label, legendgroup=label, showlegend=index == 0),
+                row=row + 1, col=col + 1)
+            center = variant.cells[cell]
+            if center.value is not None and center.ci_low is not None:
+                high = center.ci_high if center.ci_high is not None else center.value
+                figure.add_trace(go.Scatter(
+                    x=[label], y=[center.value * scale], mode="markers",
+                    marker={"symbol": "line-ew-open", "size": 24, "color": "#222"},
+                    error_y={"type": "data", "symmetric": False,
+                             "array": [(high - center.value) * scale],
+                             "arrayminus": [(center.value - center.ci_low) * scale]},
+                    showlegend=False, hoverinfo="y"), row=row + 1, col=col + 1)
+        figure.update_yaxes(title_text=unit, row=row + 1, col=col + 1)
+    figure.update_layout(template="plotly_white", height=320 * rows,
+                         title="Per-trial statistics (dots) with the mean and its 95% CI",
+                         margin={"l": 60, "r": 20, "t": 70, "b": 40})
+    return figure_json(figure)
+
+
+def _args_text(args: Mapping[str, Any] | None) -> str:
+    if not args:
+        return "" if args is None else "(none)"
+    return " ".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                    for key, value in redact_secrets(dict(args)).items())
+
+
+def _report_link(summary: ExperimentSummary, folder: str) -> str:
+    """An experiment links its trial folders relatively; a comparison links each compared
+    run folder's report by absolute path (the page lives elsewhere)."""
+    if summary.kind == "experiment":
+        return f"{TRIALS_DIR}/{folder}/{REPORT_FILE}"
+    return Path(os.path.abspath(folder), REPORT_FILE).as_uri()
+
+
+def _trial_rows(summary: ExperimentSummary) -> list[TrialRow]:
+    """Every trial; an experiment's in execution order."""
+    rows = [(trial.position, TrialRow(
+                str(trial.position), variant.label, trial.folder, str(trial.exit_code),
+                redact_text("; ".join(trial.invalid_reasons)),
+                _report_link(summary, trial.folder)))
+            for variant in summary.variants for trial in variant.trials]
+    if summary.kind == "experiment":
+        rows.sort(key=lambda item: item[0])
+    return [row for _, row in rows]
+
+
+def _headline(summary: ExperimentSummary) -> str:
+    groups = len(summary.variants)
+    if summary.kind == "comparison":
+        return f"{groups} runs compared (the first is the baseline)"
+    slos = [slo for variant in summary.variants for slo in variant.slos]
+    return (f"{groups} variant{'s' if groups != 1 else ''} × {summary.trials_per_variant} "
+            f"trial{'s' if summary.trials_per_variant != 1 else ''} · {verdict_counts(slos)}")
+
+
+def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSeries]
+                          ) -> ExperimentView:
+    """The page as values. `pooled` maps each variant's label to its valid trials' measured
+    requests pooled (for the latency distributions)."""
+    comparison = summary.kind == "comparison"
+    verdict = "" if comparison else outcome(summary.exit_code)
+    figures = [
+        FigureView("fig-trials", "Per-trial statistics",
+                   trial_dots_figure(summary.variants, summary.cells)),
+        FigureView("fig-ecdf", "Latency distributions (all trials pooled)",
+                   latency_ecdf_figure(pooled)),
+    ]
+    return ExperimentView(
+        title=(f"vllm-slo {'comparison' if comparison else 'experiment'} · "
+               f"{summary.scenario_name}"),
+        run_id=summary.run_id, description=redact_text(summary.description),
+        outcome=verdict, outcome_class=verdict.lower(), headline=_headline(summary),
+        invalid_reasons=[redact_text(r) for r in summary.invalid_reasons],
+        warnings=[redact_text(w) for w in summary.warnings],
+        slo_rows=[VariantSloRow(variant.label, slo.verdict.value, slo.verdict.value.lower(),
+                                slo_name(slo), format_threshold(slo), format_observed(slo),
+                                redact_text(slo.basis))
+                  for variant in summary.variants for slo in variant.slos],
+        no_slo_note=("Saved runs are compared, not judged: no SLO verdicts here (each run's "
+                     "own report has its verdicts)." if comparison
+                     else "No variant has a valid trial to decide its SLOs on, or the "
+                          "scenario declares none."),
+        variants_title="Compared runs (the first is the baseline)" if comparison
+        else "Variants",
+        variant_rows=[VariantRow(variant.label,
+                                 f"{variant.valid_trials} of {len(variant.trials)}",
+                                 _args_text(variant.server_args))
+                      for variant in summary.variants],
+        benchstat=summary.benchstat, figures=figures,
+        plan_rows=[PlanRow(plan.cell, f"{plan.trial_to_trial_cv:.0%}", f"{plan.effect:.0%}",
+                           format_trials_needed(plan.trials_per_variant),
+                           "; ".join(plan.warnings))
+                   for plan in summary.planning],
+        no_plan_note="Planning needs at least 2 valid trials per variant (the trial-to-trial "
+                     "variation is measured from them).",
+        trial_rows=_trial_rows(summary),
+        differences=[(key, json.dumps(values))
+                     for key, values in summary.provenance_differences.items()],
+        scenario_title="Scenario of the baseline run, with the compared cells" if comparison
+        else "Scenario",
+        scenario_yaml=yaml.safe_dump(dict(summary.scenario), sort_keys=False,
+                                     allow_unicode=True),
+        plotly_js=get_plotlyjs())
+
+
+def render_experiment_html(view: ExperimentView) -> str:
+    return render_template("experiment.html.j2", view)
