@@ -176,6 +176,9 @@ def _mann_whitney_p(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, str
         else:
             method = "asymptotic"
         note = None
+    elif min(a.size, b.size) < 2:  # scipy's permutation test needs two values a side
+        method = "asymptotic"
+        note = "ties among per-trial values: p-value from the normal approximation"
     else:
         method = stats.PermutationMethod(n_resamples=9999, rng=np.random.default_rng(seed))
         note = "ties among per-trial values: p-value from a permutation test"

@@ -1,7 +1,8 @@
-"""The report in a real browser: headless Debian Chromium opens report.html from file://, with
-no network. Asserts no console errors, every plot rendered (a Plotly SVG with non-zero size and
-drawn traces), the verdict table first, nothing injected executes, and saves a full-page PNG
-screenshot into the run folder (report.png, path printed) as a CI artefact.
+"""The reports in a real browser: headless Debian Chromium opens report.html (a run's, an
+experiment's, a comparison's) from file://, with no network. Asserts no console errors, every
+plot rendered (a Plotly SVG with non-zero size and drawn traces), the verdict table first,
+nothing injected executes, and saves a full-page PNG screenshot into the run folder
+(report.png, path printed) as a CI artefact.
 
 Chromium: /usr/bin/chromium + /usr/bin/chromedriver (Debian `chromium`, `chromium-driver`;
 `.ci/run` installs them), or CHROMIUM_BIN / CHROMEDRIVER_BIN. Without them the tests skip,
@@ -31,12 +32,20 @@ IMG = '"><img src=x onerror=alert(1)>'
 # Recorded before any page script runs: a call means injected code executed.
 TRAP = """
 window.__calls = [];
+window.__xss = undefined;
 ['alert', 'confirm', 'prompt'].forEach(function (name) {
   window[name] = function (message) { window.__calls.push(name + ':' + String(message)); };
 });
 """
 
 
+# Planted where an experiment lets free text in (variant and scenario names are restricted to
+# [A-Za-z0-9_.-] by the scenario model, so not there): description, server args, provenance,
+# failure texts; and in run folder names, which reach a comparison's labels and plots.
+XSS = ("<script>window.__xss = 1; alert(1)</script>"
+       " \"><img src=x onerror=\"window.__xss = 2; alert(2)\">"
+       " '><svg onload='window.__xss = 3'> </script><script>window.__xss = 4</script>")
+FOLDER_XSS = "<script>window.__xss=5<script>-'\"><img src=x onerror=alert(5)>"  # no "/"
 
 
 def _missing() -> list[str]:
@@ -92,8 +101,8 @@ def synthetic_run(name: str, *, description: str = "", error_texts=None) -> Rend
     return render_run(run_dir)
 
 
-def open_report(driver, rendered: RenderedRun) -> None:
-    driver.get(rendered.report_path.resolve().as_uri())
+def open_report(driver, report_path: Path) -> None:
+    driver.get(report_path.resolve().as_uri())
     deadline = time.monotonic() + 60
     script = ("return Array.from(document.querySelectorAll('[data-plot]'))"
               ".every(function (e) { return e.querySelector('.main-svg') !== null; });")
@@ -118,10 +127,10 @@ def plot_facts(driver) -> list[dict]:
         });""")
 
 
-def save_screenshot(driver, rendered: RenderedRun) -> Path:
+def save_screenshot(driver, report_path: Path) -> Path:
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1400, min(int(height) + 40, 16000))
-    path = rendered.report_path.parent / "report.png"
+    path = report_path.parent / "report.png"
     assert driver.save_screenshot(str(path)), "screenshot failed"
     driver.set_window_size(1400, 1000)
     print(f"\nscreenshot: {path}")
@@ -130,7 +139,7 @@ def save_screenshot(driver, rendered: RenderedRun) -> Path:
 
 def test_report_renders_in_chromium(browser) -> None:
     rendered = synthetic_run("browser-synthetic")
-    open_report(browser, rendered)
+    open_report(browser, rendered.report_path)
     assert severe_console_entries(browser) == []
     facts = plot_facts(browser)
     assert [f["id"] for f in facts] == ["fig-ecdf", "fig-timeline", "fig-throughput",
@@ -147,7 +156,7 @@ def test_report_renders_in_chromium(browser) -> None:
           .map(function (r) { return r.cells[0].innerText.trim(); });""")
     assert cells == [s["verdict"] for s in rendered.summary["slos"]]
     assert browser.execute_script("return window.__calls") == []
-    screenshot = save_screenshot(browser, rendered)
+    screenshot = save_screenshot(browser, rendered.report_path)
     assert screenshot.stat().st_size > 50_000
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -155,7 +164,7 @@ def test_report_renders_in_chromium(browser) -> None:
 def test_injected_markup_is_shown_as_text_and_never_runs(browser) -> None:
     rendered = synthetic_run(f"browser-xss-{IMG}", description=f"{SCRIPT} {IMG}",
                              error_texts=(f"{SCRIPT}: boom", f"HTTP 500: {IMG}"))
-    open_report(browser, rendered)
+    open_report(browser, rendered.report_path)
     from selenium.common.exceptions import NoAlertPresentException
 
     with pytest.raises(NoAlertPresentException):
@@ -171,7 +180,38 @@ def test_injected_markup_is_shown_as_text_and_never_runs(browser) -> None:
     assert f"{SCRIPT} {IMG}" in text  # the description, literally
     assert f"{SCRIPT}: boom" in text and f"HTTP 500: {IMG}" in text  # error examples
     assert IMG in browser.title  # the run folder's name
-    save_screenshot(browser, rendered)
+    save_screenshot(browser, rendered.report_path)
+
+
+def assert_nothing_injected_ran(driver) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    with pytest.raises(NoAlertPresentException):
+        _ = driver.switch_to.alert.text  # no native dialog open
+    assert driver.execute_script("return window.__calls") == []  # no alert/confirm/prompt
+    assert driver.execute_script("return window.__xss") is None  # no planted code ran
+    assert severe_console_entries(driver) == []  # an injected <img src=x> would 404 here
+    assert driver.execute_script("return document.images.length") == 0
+    assert driver.execute_script("return document.querySelectorAll('svg [onload]').length") == 0
+    inline = driver.execute_script(
+        "return Array.from(document.scripts).filter(function (s) {"
+        "  return s.type !== 'application/json' && s.text.indexOf('__xss') >= 0; }).length")
+    assert inline == 0
+
+
+def assert_plots_drawn(driver, ids: list[str]) -> None:
+    facts = plot_facts(driver)
+    assert [f["id"] for f in facts] == ids
+    for fact in facts:
+        assert fact["width"] > 300 and fact["height"] > 300, fact
+        assert fact["traces"] > 0 and fact["drawn"] > 0, fact
+
+
+def fresh(name: str) -> Path:
+    root = artefacts_dir() / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return root
 
 
 def test_experiment_report_renders_in_chromium(browser) -> None:
@@ -184,7 +224,7 @@ def test_experiment_report_renders_in_chromium(browser) -> None:
     write_synthetic_experiment(root, {"baseline": 0.05, "candidate": 0.08}, trials=4,
                                noise=0.05)
     rendered = render_experiment(root)
-    open_report(browser, rendered)
+    open_report(browser, rendered.report_path)
     assert severe_console_entries(browser) == []
     facts = plot_facts(browser)
     assert [f["id"] for f in facts] == ["fig-trials", "fig-ecdf"]
@@ -197,4 +237,60 @@ def test_experiment_report_renders_in_chromium(browser) -> None:
     links = browser.execute_script(
         "return Array.from(document.querySelectorAll('#trials a')).map(a => a.href)")
     assert len(links) == 8 and all(link.endswith("/report.html") for link in links)
-    assert save_screenshot(browser, rendered).stat().st_size > 50_000
+    assert save_screenshot(browser, rendered.report_path).stat().st_size > 50_000
+
+
+def test_injected_markup_on_the_experiment_page_never_runs(browser) -> None:
+    from vllm_slo.reports.experiment_report import render_experiment
+
+    root = fresh("browser-experiment-xss")
+    run = synthesis.write_hostile_experiment(root / f"exp-{FOLDER_XSS}", XSS)
+    rendered = render_experiment(run)
+    open_report(browser, rendered.report_path)
+    assert_nothing_injected_ran(browser)
+    assert_plots_drawn(browser, ["fig-trials", "fig-ecdf"])
+    text = browser.execute_script("return document.body.innerText")
+    assert f"described as {XSS}" in text  # the description, literally
+    assert f"served-model-name=a {XSS}" in text  # a variant's server args
+    scenario = browser.execute_script("return document.querySelector('#scenario').innerText")
+    assert "<script>window.__xss = 1; alert(1)</script>" in scenario  # the YAML, as text
+    assert f"server failed during the run: engine died: {XSS}" in text  # the invalid trial
+    differences = browser.execute_script(
+        "return document.querySelector('#provenance-differences').textContent")
+    assert "vllm_version" in differences and "window.__xss = 1" in differences
+    assert FOLDER_XSS in browser.title  # the run id
+    save_screenshot(browser, rendered.report_path)
+
+
+def test_injected_markup_on_the_comparison_page_never_runs(browser) -> None:
+    from vllm_slo.saved_runs import compare_saved_runs
+
+    root = fresh("browser-compare-xss")
+    first = synthesis.write_hostile_experiment(root / f"base-{FOLDER_XSS}", XSS, variants=["a"],
+                                               trials=3)
+    second = synthesis.write_hostile_experiment(root / "cand-'\"><b>bold", XSS,
+                                                variants=["a"], trials=3, seed=1)
+    result = compare_saved_runs([first, second], None, 0.05, root / "cmp")
+    assert result.report_path is not None
+    open_report(browser, result.report_path)
+    assert_nothing_injected_ran(browser)
+    assert browser.execute_script("return document.querySelectorAll('main b').length") == 0
+    assert_plots_drawn(browser, ["fig-trials", "fig-ecdf"])
+    text = browser.execute_script("return document.body.innerText")
+    labels = [f"base-{FOLDER_XSS}", "cand-'\"><b>bold"]
+    for label in labels:
+        assert label in text  # variant table, trial rows
+    benchstat = browser.execute_script(
+        "return document.querySelector('#comparison pre').innerText")
+    assert labels[0] in benchstat and f"vs {labels[0]}" in benchstat
+    assert f"described as {XSS}" in text  # the baseline's scenario
+    scenario = browser.execute_script("return document.querySelector('#scenario').innerText")
+    assert "<script>window.__xss = 1; alert(1)</script>" in scenario
+    # the labels reach Plotly's legend as text, not markup
+    legend = browser.execute_script(
+        "return document.querySelector('#fig-ecdf .legend').textContent")
+    assert labels[0] in legend and labels[1] in legend
+    links = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#trials a')).map(a => a.href)")
+    assert len(links) == 6 and all(link.startswith("file:///") for link in links)
+    save_screenshot(browser, result.report_path)

@@ -215,14 +215,22 @@ EXPERIMENT_OVERRIDES = ["traffic.duration=20s", "traffic.warmup=0s",
 
 
 def write_synthetic_trial(folder: Path, scenario_doc: dict, ttft_s: float, trial_factor: float,
-                          seed: int, provenance_seed: int = 7, requests: int = 200) -> None:
-    """One trial folder: `requests` rows whose TTFT is ttft_s × trial_factor × noise, rendered."""
+                          seed: int, provenance_seed: int = 7, requests: int = 200,
+                          provenance: dict[str, Any] | None = None,
+                          server_failure: str | None = None) -> None:
+    """One trial folder: `requests` rows whose TTFT is ttft_s × trial_factor × noise, rendered.
+    `provenance` entries replace the default ones; a `server_failure` makes the trial invalid."""
     from vllm_slo.reports.run_report import render_run
     folder.mkdir(parents=True)
     (folder / SCENARIO_FILE).write_text(yaml.safe_dump(scenario_doc))
     (folder / PROVENANCE_FILE).write_text(json.dumps({
         "model_id": "tiny", "vllm_version": "0.32.0", "platform": "cpu",
-        "seed": provenance_seed, "host": {"cpu_model": "test", "gpus": []}}))
+        "seed": provenance_seed, "host": {"cpu_model": "test", "gpus": []},
+        **(provenance or {})}))
+    if server_failure is not None:
+        (folder / STATUS_FILE).write_text(json.dumps({
+            "server_failure": server_failure, "load_generator_failure": None,
+            "interrupted": False, "warnings": []}))
     rng = np.random.default_rng(seed)
     writer = SampleWriter(folder / "samples" / "samples-test-1.arrows")
     for i in range(requests):
@@ -243,23 +251,54 @@ def write_synthetic_trial(folder: Path, scenario_doc: dict, ttft_s: float, trial
 
 
 def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: int,
-                               noise: float, seed: int = 0, traffic_seed: int = 7) -> Path:
+                               noise: float, seed: int = 0, traffic_seed: int = 7, *,
+                               overrides: Sequence[str] = (),
+                               scenario_patch: dict[str, Any] | None = None,
+                               variant_patches: dict[str, dict[str, Any]] | None = None,
+                               provenance: dict[str, dict[str, Any]] | None = None,
+                               server_failures: dict[int, str] | None = None) -> Path:
     """An experiment folder: variant name -> its TTFT; each trial scaled by a log-normal
-    trial effect with sd `noise` (restart-to-restart variation), interleaved as a run does."""
-    from vllm_slo.scenarios.loader import load_scenario
+    trial effect with sd `noise` (restart-to-restart variation), interleaved as a run does.
+    `overrides` are extra dotted overrides of the shipped chat scenario; `scenario_patch` is
+    merged into it (e.g. a description) and `variant_patches` become the variants' patches
+    (e.g. server args); `provenance` maps a variant to provenance entries of its trials;
+    `server_failures` maps a trial position to a server failure (an invalid trial)."""
+    from vllm_slo.scenarios.loader import deep_merge, load_scenario, resolve_variants
 
     from vllm_slo.experiment_runner import trial_folder_name, trial_order
     scenario, _ = load_scenario("chat", [*EXPERIMENT_OVERRIDES, f"trials={trials}",
-                                         f"traffic.seed={traffic_seed}",
-                                         "variants={" + ", ".join(f"{v}: {{}}" for v in variants)
-                                         + "}"])
+                                         f"traffic.seed={traffic_seed}", *overrides])
+    document = deep_merge(scenario.to_yaml_dict(), scenario_patch or {})
+    document["variants"] = {name: (variant_patches or {}).get(name, {}) for name in variants}
+    scenario = Scenario.model_validate(document)
     root.mkdir(parents=True)
     (root / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
-    base = scenario.base_without_arms()
+    arms = resolve_variants(scenario)
     rng = np.random.default_rng(seed)
     for position, (name, k) in enumerate(trial_order(list(variants), trials), start=1):
         factor = float(rng.lognormal(0, noise))
-        write_synthetic_trial(root / TRIALS_DIR / trial_folder_name(position, name, k), base,
-                    variants[name], factor, seed=position + 100 * seed,
-                    provenance_seed=traffic_seed)
+        write_synthetic_trial(root / TRIALS_DIR / trial_folder_name(position, name, k),
+                              arms[name].to_yaml_dict(), variants[name], factor,
+                              seed=position + 100 * seed, provenance_seed=traffic_seed,
+                              provenance=(provenance or {}).get(name),
+                              server_failure=(server_failures or {}).get(position))
     return root
+
+
+def write_hostile_experiment(root: Path, payload: str, variants: Sequence[str] = ("a", "b"),
+                             seed: int = 0, trials: int = 2) -> Path:
+    """An experiment whose user-controlled text carries `payload` (markup, quotes) wherever the
+    scenario model lets text in: the description, the base's and each variant's server args
+    (variant and scenario names are restricted to [A-Za-z0-9_.-], so not there), the vLLM
+    version in provenance (it differs between variants, so the page lists it) and an invalid
+    trial's server failure. `root`'s own name is free text too (the run id)."""
+    return write_synthetic_experiment(
+        root, {name: 0.05 + 0.01 * index for index, name in enumerate(variants)}, trials=trials,
+        noise=0.05, seed=seed,
+        scenario_patch={"description": f"described as {payload}",
+                        "server": {"args": {"chat-template": f"base {payload}"}}},
+        variant_patches={name: {"server": {"args": {"served-model-name": f"{name} {payload}"}}}
+                         for name in variants},
+        provenance={name: {"vllm_version": f"0.32.{index} {payload}"}
+                    for index, name in enumerate(variants)},
+        server_failures={len(variants) * trials: f"engine died: {payload}"})

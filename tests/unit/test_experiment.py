@@ -107,3 +107,107 @@ def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) ->
     assert main(["report", str(run)]) == ExitCode.SLO_FAILED  # b fails ttft p50 < 80ms
     assert all(path.is_file() for path in trial_reports)
     assert json.loads((run / "summary.json").read_text())["kind"] == "experiment"
+
+
+def test_summary_is_typed_and_written_as_its_one_serialisation(tmp_path: Path) -> None:
+    from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary
+    from vllm_slo.reports.experiment_report import load_experiment
+
+    run = experiment(tmp_path / "t", {"a": 0.05, "b": 0.07}, trials=3, noise=0.05)
+    summary, groups = load_experiment(run)
+    assert isinstance(summary, ExperimentSummary) and summary.kind == "experiment"
+    with pytest.raises(AttributeError):
+        summary.exit_code = 0  # type: ignore[misc]  # frozen
+    rendered = render_experiment(run)
+    assert json.loads((run / "summary.json").read_text()) == summary.to_json_dict()
+    assert rendered.summary == summary.to_json_dict()
+    # the per-trial values the typed summary carries are the ones the statistics used
+    for variant, group in zip(summary.variants, groups, strict=True):
+        for cell in summary.cells:
+            assert variant.values(cell) == pytest.approx(list(group.values(cell)))
+
+
+def test_compare_plans_with_the_baseline_scenarios_effect(tmp_path: Path) -> None:
+    base = experiment(tmp_path / "base", {"x": 0.05}, trials=3, noise=0.05, seed=1,
+                      overrides=["compare.effect=0.25"])
+    other = experiment(tmp_path / "other", {"x": 0.06}, trials=3, noise=0.05, seed=2,
+                       overrides=["compare.effect=0.5"])
+    compare_saved_runs([base, other], ["ttft.p50"], 0.05, tmp_path / "cmp")
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert summary["kind"] == "comparison"
+    assert summary["scenario"]["compare"] == {"cells": ["ttft.p50"], "alpha": 0.05,
+                                              "effect": 0.25}
+    assert summary["planning"] and {p["effect"] for p in summary["planning"]} == {0.25}
+
+
+def test_invalid_trials_are_excluded_and_named(tmp_path: Path) -> None:
+    run = experiment(tmp_path / "inv", {"a": 0.05, "b": 0.06}, trials=3, noise=0.05,
+                     server_failures={2: "EngineCore died"})
+    summary = render_experiment(run).summary
+    b = summary["variants"]["b"]
+    assert b["valid_trials"] == 2
+    first = b["trials"][0]  # execution order a b b a a b: position 2 is b's first trial
+    assert first["position"] == 2
+    assert first["invalid_reasons"] == ["server failed during the run: EngineCore died"]
+    assert b["cells"]["ttft.p50"]["n"] == 2  # only the valid trials enter the statistics
+    assert "variant b: 1 invalid trial(s) excluded" in summary["warnings"]
+    assert summary["exit_code"] != 4  # one invalid trial does not invalidate the experiment
+
+
+def test_experiment_page_is_built_from_the_typed_view(tmp_path: Path) -> None:
+    import dataclasses
+    import re
+
+    from vllm_slo.reports.analysis.experiment_summary import pooled_series
+    from vllm_slo.reports.experiment_report import load_experiment
+    from vllm_slo.reports.render.experiment_html import (
+        build_experiment_view,
+        render_experiment_html,
+    )
+    from vllm_slo.reports.render.experiment_text import render_experiment_text
+
+    run = experiment(tmp_path / "v", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05)
+    summary, groups = load_experiment(run)
+    # a plan beyond the planner's cap reads "> 200" on the page and in the text alike
+    capped = dataclasses.replace(summary.planning[0], trials_per_variant=None)
+    summary = dataclasses.replace(summary, planning=(capped, *summary.planning[1:]))
+    view = build_experiment_view(summary, {g.label: pooled_series(g.trials) for g in groups})
+    assert view.outcome == "FAIL" and view.outcome_class == "fail"
+    assert [row.variant for row in view.slo_rows] == ["a", "a", "b", "b"]
+    assert view.slo_rows[2].observed.startswith("1") and "[" in view.slo_rows[2].observed
+    assert view.plan_rows[0].trials == "> 200"
+    assert "→ > 200 trials per variant" in render_experiment_text(summary)
+    assert [r.position for r in view.trial_rows] == [str(k) for k in range(1, 9)]
+    assert view.trial_rows[0].report == "trials/001-a-1/report.html"
+    assert [f.element_id for f in view.figures] == ["fig-trials", "fig-ecdf"]
+    html = render_experiment_html(view)
+    # Plotly specs are JSON in <script type="application/json">, never inline code
+    assert set(re.findall(r"<script[^>]*>", html)) == {
+        "<script>", '<script type="application/json" id="fig-trials-spec">',
+        '<script type="application/json" id="fig-ecdf-spec">'}
+    specs = re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', html,
+                       flags=re.S)
+    assert [json.loads(spec)["data"] != [] for spec in specs] == [True, True]
+    assert "JSON.parse" in html and "var spec = {" not in html
+    # the trial dots use the run report's palette, one colour per variant
+    from vllm_slo.reports.render.figures import colour
+
+    trial_dots = json.loads(view.figures[0].plotly_json)["data"]
+    assert {t["marker"]["color"] for t in trial_dots if t.get("name") == "a"} == {colour(0)}
+    assert {t["marker"]["color"] for t in trial_dots if t.get("name") == "b"} == {colour(1)}
+
+
+def test_a_variant_left_with_one_valid_trial_still_renders(tmp_path: Path) -> None:
+    """trials=2 and one server died: one valid trial against two. Tied per-trial values (an
+    error rate of 0 everywhere) once crashed the comparison (scipy's permutation test needs
+    two values a side); the SLOs fall back to that trial's own verdicts."""
+    run = experiment(tmp_path / "one", {"a": 0.05, "b": 0.06}, trials=2, noise=0.05,
+                     overrides=["compare.cells=[ttft.p50, error_rate.rate]"],
+                     server_failures={4: "EngineCore died"})  # order a b b a: a's 2nd trial
+    summary = render_experiment(run).summary
+    assert summary["variants"]["a"]["valid_trials"] == 1
+    assert all(s["basis"].startswith("single trial: ") for s in summary["variants"]["a"]["slos"])
+    cells = {c["cell"]: c for c in summary["comparisons"][0]["cells"]}
+    errors = cells["error_rate.rate"]
+    assert (errors["n_baseline"], errors["n_candidate"]) == (1, 2)
+    assert errors["p_value"] == 1.0 and not errors["significant"]

@@ -135,3 +135,76 @@ def test_redaction_in_free_text() -> None:
         f"https://{REDACTED}@host/x and http://host/y")
     assert redact_text("header Authorization: Bearer abc.def-ghi, next") == (
         f"header Authorization: Bearer {REDACTED}, next")
+
+
+# ------------------------------------------------------------------------------------------
+# the experiment and comparison pages
+
+PAYLOAD = f"{SCRIPT} {IMG} 'single' \"double\""
+
+
+@pytest.fixture(scope="module")
+def hostile_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An experiment and a comparison whose free text (description, server args, provenance,
+    failure texts, run folder names) carries markup."""
+    from vllm_slo.reports.experiment_report import render_experiment
+
+    from vllm_slo.saved_runs import compare_saved_runs
+
+    root = tmp_path_factory.mktemp("hostile-pages")
+    first = synthesis.write_hostile_experiment(root / f"exp-<script>alert(1)-{IMG}", PAYLOAD)
+    second = synthesis.write_hostile_experiment(root / f"other-{IMG}", PAYLOAD, seed=1)
+    experiment_page = render_experiment(first).report_path
+    compared = compare_saved_runs([first, second], None, 0.05, root / "cmp")
+    assert compared.report_path is not None
+    return {"experiment": experiment_page, "comparison": compared.report_path}
+
+
+@pytest.mark.parametrize("page", ["experiment", "comparison"])
+def test_markup_on_the_experiment_pages_is_escaped(hostile_pages, page: str) -> None:
+    html = hostile_pages[page].read_text(encoding="utf-8")
+    opening = set(re.findall(r"<script[^>]*>", html))
+    assert opening == {"<script>", '<script type="application/json" id="fig-trials-spec">',
+                       '<script type="application/json" id="fig-ecdf-spec">'}
+    assert "alert(1)</script>" not in html and "<img" not in html
+    assert "onerror=alert(1)>" not in html.replace("\\u003e", "")
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt; &#34;&gt;&lt;img src=x onerror=alert(1)&gt;"
+    assert html.count(escaped) >= 3  # description/scenario, server args, provenance, failure
+    for spec in re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', html,
+                           flags=re.S):
+        assert "<" not in spec and ">" not in spec
+        json.loads(spec)
+
+
+def test_compared_run_names_reach_plot_labels_entity_escaped(hostile_pages) -> None:
+    html = hostile_pages["comparison"].read_text(encoding="utf-8")
+    spec = re.search(r'id="fig-trials-spec">(.*?)</script>', html, flags=re.S)
+    assert spec is not None
+    names = {trace.get("name") for trace in json.loads(spec.group(1))["data"]} - {None}
+    assert names and all("<" not in name for name in names)
+    assert any("&lt;script&gt;alert(1)" in name for name in names)  # Plotly shows it as text
+
+
+def test_no_credential_on_the_experiment_pages(tmp_path: Path) -> None:
+    from vllm_slo.reports.experiment_report import render_experiment
+
+    from vllm_slo.saved_runs import compare_saved_runs
+
+    runs = []
+    for index in range(2):
+        runs.append(synthesis.write_synthetic_experiment(
+            tmp_path / f"e{index}", {"a": 0.05, "b": 0.06}, trials=2, noise=0.05, seed=index,
+            variant_patches={"b": {"server": {"args": {"api-key": SECRETS[1]}}}},
+            provenance={name: {"launch": {"engine_args": {"api-key": SECRETS[0],
+                                                          "max-num-seqs": 16 + k}}}
+                        for k, name in enumerate("ab")}))
+    rendered = render_experiment(runs[0])
+    compared = compare_saved_runs(runs, None, 0.05, tmp_path / "cmp")
+    assert rendered.summary["provenance_differences"]["engine_args"]["a"] == {
+        "api-key": REDACTED, "max-num-seqs": 16}
+    assert rendered.summary["variants"]["b"]["server_args"]["api-key"] == REDACTED
+    for path in (rendered.summary_path, rendered.report_path, tmp_path / "cmp" / "summary.json",
+                 compared.report_path):
+        assert path is not None
+        text = path.read_text(encoding="utf-8")
+        assert SECRETS[0] not in text and SECRETS[1] not in text, path
