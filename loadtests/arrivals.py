@@ -9,6 +9,7 @@ lasting until the end of the run.
 from __future__ import annotations
 
 import numpy as np
+
 from vllm_slo.scenarios.model import ArrivalSpec
 
 SCHEDULE_LEAD_S = 0.5  # open loop: time for the in-flight slots to spawn before arrival 0

@@ -30,6 +30,7 @@ import numpy as np
 from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner
+
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan

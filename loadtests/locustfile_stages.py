@@ -8,6 +8,7 @@ loadtests/locustfile.py, with the user count following `traffic.arrival.stages`.
 from __future__ import annotations
 
 from locust import LoadTestShape
+
 from vllm_slo.loadtests.arrivals import users_at
 from vllm_slo.loadtests.locustfile import RUN, ClosedLoopUser, OpenLoopUser  # noqa: F401  (users)
 

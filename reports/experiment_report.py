@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import (
     ExperimentSummary,

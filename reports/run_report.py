@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
+
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
 from vllm_slo.reports.analysis.summary import (
     RunSummaryDocument,

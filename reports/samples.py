@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from vllm_slo.scenarios.samples_format import (
     SAMPLE_SCHEMA,
     SAMPLES_DIR,

@@ -18,6 +18,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
 from vllm_slo.scenarios.slo import (
     LATENCY_METRICS,
     SloRule,

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from vllm_slo.servers.http_stream import HttpStreamClient
 
 

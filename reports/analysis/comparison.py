@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from vllm_slo.reports.analysis.statistics import Estimate, across_trials_estimate
 from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, lower_is_better
 from vllm_slo.reports.analysis.trial_statistics import (

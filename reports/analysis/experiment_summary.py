@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+
 from vllm_slo.reports.analysis.comparison import (
     CellComparison,
     CellPlan,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+
 from vllm_slo.reports.analysis.statistics import (
     Estimate,
     mean_estimate,

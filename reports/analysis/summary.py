@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 from vllm_slo.reports.analysis.verdicts import SloResult

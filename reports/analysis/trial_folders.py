@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series
 from vllm_slo.reports.analysis.summary import SloEntry
 from vllm_slo.reports.redaction import redact_secrets

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
 from vllm_slo.reports.analysis.run_metrics import RunSeries, RunSummary
 from vllm_slo.reports.analysis.statistics import (
     Estimate,

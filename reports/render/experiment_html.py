@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
+
 from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary, VariantEntry
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.redaction import redact_secrets, redact_text

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
+
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, METRIC_TITLES, RunSeries
 
 MAX_ECDF_POINTS = 1000

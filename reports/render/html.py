@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
+
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
 from vllm_slo.reports.analysis.summary import (
     ReportedEstimate,

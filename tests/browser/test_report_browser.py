@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_slo.reports.run_report import RenderedRun, render_run
 
 from tests.support import synthetic as synthesis
+from vllm_slo.reports.run_report import RenderedRun, render_run
 
 pytestmark = pytest.mark.browser
 
@@ -215,9 +215,8 @@ def fresh(name: str) -> Path:
 
 
 def test_experiment_report_renders_in_chromium(browser) -> None:
-    from vllm_slo.reports.experiment_report import render_experiment
-
     from tests.support.synthetic import write_synthetic_experiment
+    from vllm_slo.reports.experiment_report import render_experiment
 
     root = artefacts_dir() / "browser-experiment"
     shutil.rmtree(root, ignore_errors=True)

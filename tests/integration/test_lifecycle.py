@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_slo.servers.vllm_server import process_group_alive
 
 from tests.integration.conftest import (
     only_run_dir,
@@ -21,6 +20,7 @@ from tests.integration.conftest import (
     signal_and_wait,
     wait_for,
 )
+from vllm_slo.servers.vllm_server import process_group_alive
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from vllm_slo.scenarios.model import ServerSpec
-from vllm_slo.servers.vllm_server import launch_vllm
 
 from tests.integration.conftest import requires_vllm, run_cli
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.vllm_server import launch_vllm
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

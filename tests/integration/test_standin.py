@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
 from vllm_slo.servers.standin.cli import READY_PREFIX
 from vllm_slo.servers.standin.config import StandinConfig
 from vllm_slo.servers.standin.faults import FAULT_HEADER, FAULT_KINDS, XSS_PAYLOADS

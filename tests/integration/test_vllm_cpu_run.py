@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from vllm_slo.servers.vllm_server import process_group_alive
 
 from tests.integration.conftest import (
     processes_in_group,
     requires_vllm,
     run_cli,
 )
+from vllm_slo.servers.vllm_server import process_group_alive
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

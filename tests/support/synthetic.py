@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import yaml
+
 from vllm_slo.reports.samples import consolidate
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import (
@@ -263,9 +264,8 @@ def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: i
     merged into it (e.g. a description) and `variant_patches` become the variants' patches
     (e.g. server args); `provenance` maps a variant to provenance entries of its trials;
     `server_failures` maps a trial position to a server failure (an invalid trial)."""
-    from vllm_slo.scenarios.loader import deep_merge, load_scenario, resolve_variants
-
     from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.scenarios.loader import deep_merge, load_scenario, resolve_variants
     scenario, _ = load_scenario("chat", [*EXPERIMENT_OVERRIDES, f"trials={trials}",
                                          f"traffic.seed={traffic_seed}", *overrides])
     document = deep_merge(scenario.to_yaml_dict(), scenario_patch or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
 from vllm_slo.servers.tiny_model import train_tokenizer
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from vllm_slo.loadtests.arrivals import arrival_offsets_s, users_at
 from vllm_slo.scenarios.model import ArrivalSpec
 

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 
 from tests.support.synthetic import write_synthetic_experiment as experiment
 from vllm_slo.experiment_runner import trial_order
+from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.saved_runs import compare_saved_runs, gate_saved_runs, plan_from_saved_run
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 
 
 def test_balanced_interleaving() -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from vllm_slo.servers.http_stream import HttpStreamClient, _ChunkedDecoder
 
 DATA = Path(__file__).parent / "data"

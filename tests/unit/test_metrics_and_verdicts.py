@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from vllm_slo.reports.analysis.run_metrics import run_series, summarize
 from vllm_slo.reports.analysis.statistics import Verdict
 from vllm_slo.reports.analysis.verdicts import (

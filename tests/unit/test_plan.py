@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pyarrow.parquet as pq
 import pytest
+
 from vllm_slo.loadtests.plan import (
     LONG_DOC_MARGIN_TOKENS,
     PlannedRequest,

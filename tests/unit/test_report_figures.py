@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from test_report_outputs import make_run, synthesis
+
 from vllm_slo.reports.analysis.run_metrics import run_series
 from vllm_slo.reports.render.figures import (
     MAX_ECDF_POINTS,

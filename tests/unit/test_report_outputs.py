@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from vllm_slo.reports.run_report import render_run
 
 from tests.support import synthetic as synthesis
+from vllm_slo.reports.run_report import render_run
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "reports" / "schema" / "summary.schema.json").read_text())

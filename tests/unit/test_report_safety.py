@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+
+from tests.support import synthetic as synthesis
 from vllm_slo.reports.redaction import REDACTED, redact_secrets, redact_text
 from vllm_slo.reports.render.html import script_json
 from vllm_slo.reports.run_report import render_run
-
-from tests.support import synthetic as synthesis
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -148,7 +148,6 @@ def hostile_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """An experiment and a comparison whose free text (description, server args, provenance,
     failure texts, run folder names) carries markup."""
     from vllm_slo.reports.experiment_report import render_experiment
-
     from vllm_slo.saved_runs import compare_saved_runs
 
     root = tmp_path_factory.mktemp("hostile-pages")
@@ -187,7 +186,6 @@ def test_compared_run_names_reach_plot_labels_entity_escaped(hostile_pages) -> N
 
 def test_no_credential_on_the_experiment_pages(tmp_path: Path) -> None:
     from vllm_slo.reports.experiment_report import render_experiment
-
     from vllm_slo.saved_runs import compare_saved_runs
 
     runs = []

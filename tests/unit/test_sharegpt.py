@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from vllm_slo.loadtests import make_sharegpt_sample
 from vllm_slo.loadtests.plan import FILTER_REASONS, build_plan, canonical_bytes
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts

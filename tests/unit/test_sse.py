@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+
 from vllm_slo.servers.http_stream import _ChunkedDecoder
 from vllm_slo.servers.sse import SSEDecoder
 
