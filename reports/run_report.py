@@ -19,6 +19,7 @@ import pyarrow as pa
 import yaml
 
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
+from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
 from vllm_slo.reports.analysis.summary import (
     RunSummaryDocument,
     build_summary,
@@ -110,14 +111,16 @@ def load_run(run_dir: Path) -> LoadedRun:
                                           scenario.traffic.max_send_lag_p99_s)
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
+    server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
     document = build_summary(
         run_id=run_dir.name, scenario=scenario, provenance=_read_json(run_dir / PROVENANCE_FILE),
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         goodput=goodput(scenario.slo.rules(), series),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
+        prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         warnings=status.get("warnings", []))
-    return LoadedRun(document, series, table, read_server_metrics(run_dir / SERVER_METRICS_FILE))
+    return LoadedRun(document, series, table, server_records)
 
 
 def render_run(run_dir: Path) -> RenderedRun:

@@ -32,12 +32,6 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
     return values
 
 
-def total(values: dict[str, float], name: str) -> float | None:
-    """Sum of one metric over all label sets (e.g. across engines), None if absent."""
-    matches = [v for key, v in values.items() if key == name or key.startswith(name + "{")]
-    return sum(matches) if matches else None
-
-
 def scrape(base_url: str, timeout_s: float = 10.0) -> dict[str, float] | None:
     client = HttpStreamClient(base_url, timeout_s=timeout_s)
     try:
@@ -49,21 +43,8 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> dict[str, float] | None:
     return parse_vllm_metrics(response.body.decode("utf-8", "replace"))
 
 
-def prefix_cache_hit_rate(before: dict[str, float] | None, after: dict[str, float] | None
-                          ) -> float | None:
-    """Hit rate of the run from counter deltas (None when the server has no such counters)."""
-    if not before or not after:
-        return None
-    queries = [total(x, "vllm:prefix_cache_queries_total") for x in (before, after)]
-    hits = [total(x, "vllm:prefix_cache_hits_total") for x in (before, after)]
-    if None in queries or None in hits:
-        return None
-    delta_queries = queries[1] - queries[0]
-    return (hits[1] - hits[0]) / delta_queries if delta_queries > 0 else None
-
-
 class MetricsRecorder:
-    """Background scraper; `stop()` returns the first and last scrape."""
+    """Background scraper: one line per scrape in server_metrics.jsonl, from start to stop."""
 
     def __init__(self, base_url: str, path: Path, interval_s: float = 2.0):
         self.base_url = base_url
@@ -71,12 +52,9 @@ class MetricsRecorder:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="metrics-recorder", daemon=True)
-        self.first: dict[str, float] | None = None
-        self.last: dict[str, float] | None = None
 
     def start(self) -> MetricsRecorder:
-        self.first = self.last = scrape(self.base_url)
-        self._write(self.first)
+        self._write(scrape(self.base_url))
         self._thread.start()
         return self
 
@@ -88,17 +66,11 @@ class MetricsRecorder:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            values = scrape(self.base_url)
-            if values is not None:
-                self.last = values
-                self._write(values)
+            self._write(scrape(self.base_url))
 
-    def stop(self) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+    def stop(self) -> None:
+        """Stop scraping, after one last scrape (the run's closing counter values)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=15)
-        final = scrape(self.base_url)
-        if final is not None:
-            self.last = final
-            self._write(final)
-        return self.first, self.last
+        self._write(scrape(self.base_url))

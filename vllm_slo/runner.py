@@ -34,7 +34,7 @@ from vllm_slo.scenarios.run_files import (
 )
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.http_stream import HttpStreamClient
-from vllm_slo.servers.metrics_scrape import MetricsRecorder, prefix_cache_hit_rate
+from vllm_slo.servers.metrics_scrape import MetricsRecorder
 from vllm_slo.servers.vllm_server import AttachedServer, launch_vllm
 
 Printer = Callable[[str], None]
@@ -225,10 +225,9 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
             locust = run_locust(run_dir, server.base_url, traffic, server.failure, show,
                                 progress_interval_s=5.0 if interactive else 30.0)
-            before, after = recorder.stop()
+            recorder.stop()
             status["server_failure"] = server.failure()
             status["load_generator_failure"] = locust.failure
-            provenance["prefix_cache_hit_rate"] = prefix_cache_hit_rate(before, after)
     except KeyboardInterrupt:
         status["interrupted"] = True
         say("interrupted: server stopped; rendering what was recorded")

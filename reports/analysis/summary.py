@@ -176,7 +176,8 @@ class TrafficFacts:
 
 
 def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: RunSummary,
-                  client_cpu: ClientCpu | None = None) -> TrafficFacts:
+                  client_cpu: ClientCpu | None = None,
+                  prefix_cache_hit_rate: float | None = None) -> TrafficFacts:
     traffic = scenario.traffic
     arrival = traffic.arrival
     return TrafficFacts(
@@ -187,7 +188,7 @@ def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: Ru
         client_send_lag_p99_s=_number(summary.client_send_lag_p99_s),
         queued_for_slot=summary.queued_for_slot, reused_prompts=summary.reused_prompts,
         plan=provenance.get("plan"), prefix_cache_reset=provenance.get("prefix_cache_reset"),
-        prefix_cache_hit_rate=_number(provenance.get("prefix_cache_hit_rate")),
+        prefix_cache_hit_rate=_number(prefix_cache_hit_rate),
         client_cpu=client_cpu)
 
 
@@ -258,6 +259,7 @@ def build_summary(
     invalid_reasons: Sequence[str],
     goodput: tuple[Estimate, str],
     client_cpu: ClientCpu | None = None,
+    prefix_cache_hit_rate: float | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
@@ -282,7 +284,8 @@ def build_summary(
         requests_per_s=ReportedEstimate.of(summary.requests_per_s),
         goodput=ReportedEstimate.of(goodput[0]), goodput_counts=goodput[1],
         send_lag_p99_s=_number(summary.send_lag_p99_s),
-        traffic=traffic_facts(scenario, provenance, summary, client_cpu),
+        traffic=traffic_facts(scenario, provenance, summary, client_cpu,
+                              prefix_cache_hit_rate),
         metrics=metrics,
         slos=tuple(SloEntry.of(r) for r in slo_results),
         exit_code=int(exit_code),

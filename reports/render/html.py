@@ -29,6 +29,7 @@ from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
+from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
     ReportedEstimate,
     RequestCounts,
@@ -39,7 +40,6 @@ from vllm_slo.reports.analysis.summary import (
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import (
     build_health,
-    build_server_series,
     build_timeline,
     health_figure,
     latency_ecdf_figure,

@@ -96,7 +96,12 @@ def test_provenance_names_the_real_server(chat_run) -> None:
     launch = provenance["launch"]
     assert "--enforce-eager" in launch["argv"]
     assert launch["platform_defaults"]["kv-cache-memory-bytes"] == "1G"
-    assert provenance["prefix_cache_hit_rate"] is not None  # counters scraped from /metrics
+    assert provenance["server_instance"]["kind"] == "launched"
+    assert provenance["server_instance"]["pid"] == provenance["server_pid"]
+    # the hit rate comes from the /metrics counters recorded in server_metrics.jsonl; the chat
+    # profile's conversations share one system prompt, so the cache must have hit
+    hit_rate = chat_run.json("summary.json")["traffic"]["prefix_cache_hit_rate"]
+    assert hit_rate is not None and 0.0 < hit_rate <= 1.0
 
 
 def test_no_server_process_survives(chat_run) -> None:

@@ -14,12 +14,12 @@ import pytest
 from test_report_outputs import make_run, synthesis
 
 from vllm_slo.reports.analysis.run_metrics import run_series
+from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.render.figures import (
     MAX_ECDF_POINTS,
     MAX_SCATTER_POINTS,
     MAX_TIME_BINS,
     build_health,
-    build_server_series,
     build_timeline,
     ecdf_points,
     nice_bin_s,
@@ -209,3 +209,22 @@ def test_load_rows_from_the_traffic_facts() -> None:
                                  prefix_cache_hit_rate=None)
     assert load_rows(closed, 0)[1:3] == [("arrival", "closed"),
                                          ("sent (measured window)", "3.95 req/s")]
+
+
+def test_run_prefix_cache_hit_rate_from_counter_increments() -> None:
+    from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
+
+    def scrape_at(t: float, queries: float, hits: float) -> dict:
+        return {"unix_s": T0 + t, "values": {
+            'vllm:prefix_cache_queries_total{engine="0"}': queries,
+            'vllm:prefix_cache_hits_total{engine="0"}': hits}}
+
+    # 100 queries / 60 hits, then a restart (counters reset: that interval is dropped),
+    # then 50 queries / 10 hits: 70 / 150
+    records = [scrape_at(0, 0, 0), scrape_at(2, 100, 60), scrape_at(4, 20, 5),
+               scrape_at(6, 70, 15)]
+    assert run_prefix_cache_hit_rate(records) == pytest.approx(70 / 150)
+    assert run_prefix_cache_hit_rate(list(reversed(records))) == pytest.approx(70 / 150)
+    assert run_prefix_cache_hit_rate(records[:1]) is None  # one scrape: no interval
+    assert run_prefix_cache_hit_rate([scrape_at(0, 5, 0), scrape_at(2, 5, 0)]) is None
+    assert run_prefix_cache_hit_rate([{"unix_s": T0, "values": {}}]) is None
