@@ -7,6 +7,15 @@ Prints the numbers quoted in ``docs/statistics.md``:
 * the A/A false-positive rate of a naive per-request Mann-Whitney on pooled requests;
 * the power to detect a true 10% shift in per-trial p99 at the recommended trial count;
 * the false-PASS rate of the non-inferiority gate at a true ratio equal to the margin;
+* with a between-run random effect (every run a fresh instance, level shifted by 10-40%): how
+  often single-run percentile intervals cover the population quantity a release gate cares
+  about (``instance_effect_coverage``: they cover their own instance only), and how often
+  trial-level intervals from k = 2, 3, 5, 10 trials (``across_trials_estimate``) do;
+* the A/A false-positive rate of ``compare_trials`` per cell and after Holm over p50/p90/p99
+  (``aa_trials_with_holm``) at k = 2, 3, 4, 5, 10 trials per side;
+* ITL with prefill stalls that hit all concurrent streams at once (``simulate_itl_run``):
+  coverage and claimed effective size of ITL percentile intervals from gaps pooled request by
+  request (as ``run_metrics`` does today) versus ordered by arrival (``itl_percentile_estimate``);
 * the time ``percentile_estimate`` takes on 100,000 samples.
 
 The latency model (one run = one server instance):
@@ -15,7 +24,9 @@ The latency model (one run = one server instance):
 consecutive TTFTs on an H200) and ``s`` drawn in [0.5, 1.0] (log-normal tail, p99/p50 of
 3.2 to 10). The instance effect is log-normal with mean 1 and a CV drawn in [0.13, 0.37] (the
 measured run-to-run CV), independent per trial (each trial is a fresh instance). Without the
-instance effect the true q-percentile of a run is ``exp(mu + s * Phi^-1(q))``.
+instance effect the true q-percentile of a run is ``exp(mu + s * Phi^-1(q))``. The
+single-run versus trial-level section draws the instance CV in [0.10, 0.40]
+(``LEVEL_SHIFT_CV_RANGE``); the ITL section has its own model (``simulate_itl_run``).
 
 ``tests/unit/test_statistics_calibration.py`` imports this file and asserts on the same
 functions, so the documented numbers and the tested ones come from one piece of code.
@@ -39,14 +50,18 @@ from scipy import signal, stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_slo.reports.analysis.statistics import (
+    across_trials_estimate,
     goodput_estimate,
+    itl_percentile_estimate,
     mean_estimate,
     percentile_estimate,
 )
 from vllm_slo.reports.analysis.trial_statistics import (
     compare_trials,
+    min_p_value_mann_whitney,
     non_inferiority,
     trials_needed,
+    with_holm,
 )
 
 RHO_RANGE: tuple[float, float] = (0.5, 0.9)
@@ -285,6 +300,495 @@ def percentile_timing_s(n_samples: int = 100_000, repeats: int = 5, seed: int = 
 
 
 # --------------------------------------------------------------------------------------------
+# Between-run (instance) effects: what one run's interval covers, and what k trials' does
+
+
+#: Per-instance multiplicative level shifts (the CV of the log-normal instance effect) for the
+#: single-run versus trial-level section: 10-40%, as the issue measured across restarts.
+LEVEL_SHIFT_CV_RANGE: tuple[float, float] = (0.10, 0.40)
+LEVEL_SHIFT_CV_BANDS: tuple[tuple[float, float], ...] = ((0.10, 0.20), (0.20, 0.30), (0.30, 0.40))
+TRIAL_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+TRIAL_COUNTS: tuple[int, ...] = (2, 3, 5, 10)
+
+
+@dataclass(frozen=True)
+class ConfigurationPool:
+    """Simulated runs of one configuration (rho, tail_s), before any instance effect.
+
+    ``statistics[q]`` holds each run's percentile ``Q_q`` (``np.quantile`` of its requests, the
+    statistic a trial reports). ``population[q]`` is ``E[Q_q]`` and ``log_population[q]`` is
+    ``E[log Q_q]``, both as means over ``truth_runs`` further runs of the same configuration.
+    """
+
+    rho: float
+    tail_s: float
+    runs: np.ndarray
+    statistics: dict[float, np.ndarray]
+    population: dict[float, float]
+    log_population: dict[float, float]
+
+
+def configuration_pool(
+    rho: float, tail_s: float, n_runs: int, truth_runs: int, rng: np.random.Generator,
+    percentiles: Sequence[float] = TRIAL_PERCENTILES, n_requests: int = REQUESTS_PER_RUN,
+) -> ConfigurationPool:
+    """``n_runs`` runs to judge intervals on, and the population values from ``truth_runs`` more."""
+    ones = np.ones(n_runs)
+    runs = simulate_runs(rho * ones, tail_s * ones, ones, n_requests, rng)
+    statistics = {q: np.quantile(runs, q / 100.0, axis=1) for q in percentiles}
+    population: dict[float, float] = {}
+    log_population: dict[float, float] = {}
+    sums = {q: [0.0, 0.0] for q in percentiles}
+    done = 0
+    while done < truth_runs:  # in chunks: truth_runs x n_requests can be large
+        size = min(500, truth_runs - done)
+        chunk = simulate_runs(np.full(size, rho), np.full(size, tail_s), np.ones(size),
+                              n_requests, rng)
+        for q in percentiles:
+            values = np.quantile(chunk, q / 100.0, axis=1)
+            sums[q][0] += float(values.sum())
+            sums[q][1] += float(np.log(values).sum())
+        done += size
+    for q in percentiles:
+        population[q] = sums[q][0] / truth_runs
+        log_population[q] = sums[q][1] / truth_runs
+    return ConfigurationPool(rho, tail_s, runs, statistics, population, log_population)
+
+
+@dataclass(frozen=True)
+class TrialLevelCoverage:
+    """Coverage of 95% trial-level intervals (``across_trials_estimate``) from k trials."""
+
+    trials: int
+    sets: int
+    covered: int  # of the population quantity theta = E[T]
+    covered_geometric: int  # of exp(E[log T])
+    band_sets: tuple[int, ...]  # per LEVEL_SHIFT_CV_BANDS
+    band_covered: tuple[int, ...]
+    raw_covered: int  # the former raw-scale t interval, for comparison
+    raw_below_zero: int  # raw-scale intervals whose lower bound was < 0
+    cox_covered: int  # modified Cox interval for a log-normal mean, for comparison
+    median_relative_width: float  # (ci_high - ci_low) / theta
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.sets
+
+    @property
+    def coverage_geometric(self) -> float:
+        return self.covered_geometric / self.sets
+
+    def band_coverage(self) -> tuple[float, ...]:
+        return tuple(c / n if n else float("nan")
+                     for c, n in zip(self.band_covered, self.band_sets, strict=True))
+
+
+@dataclass(frozen=True)
+class InstanceCoverage:
+    """Single-run versus trial-level 95% intervals of one percentile, with instance effects."""
+
+    percentile: float
+    single_runs: int
+    single_with_value: int
+    single_covered_own: int  # covers the run's own instance's true percentile
+    single_covered_population: int  # covers theta = E[T], what a release gate cares about
+    spread_ratio: float  # sd of (log T - log theta) / the sd the single-run intervals claim
+    trial_levels: tuple[TrialLevelCoverage, ...]
+
+    @property
+    def single_coverage_own(self) -> float:
+        return self.single_covered_own / self.single_with_value
+
+    @property
+    def single_coverage_population(self) -> float:
+        return self.single_covered_population / self.single_with_value
+
+
+def _cv_band(cv: np.ndarray) -> np.ndarray:
+    """Index into LEVEL_SHIFT_CV_BANDS (the upper edge belongs to the last band)."""
+    edges = np.array([high for _, high in LEVEL_SHIFT_CV_BANDS[:-1]])
+    return np.searchsorted(edges, cv, side="right")
+
+
+def instance_effect_coverage(
+    n_configs: int, runs_per_config: int, single_runs_per_config: int,
+    truth_runs: int = 2000, max_sets_per_config: int = 200,
+    percentiles: Sequence[float] = TRIAL_PERCENTILES,
+    trial_counts: Sequence[int] = TRIAL_COUNTS, seed: int = 9,
+) -> list[InstanceCoverage]:
+    """Coverage of single-run and trial-level 95% intervals when every run is a fresh instance.
+
+    Model: a configuration is (rho, s) drawn as in ``percentile_coverage`` plus an instance CV
+    drawn in ``LEVEL_SHIFT_CV_RANGE``; one run on instance i has latencies ``e_i * x_t`` with
+    ``x`` the AR(1) log-normal run and ``e_i`` the log-normal instance effect (E[e] = 1, that
+    CV), drawn afresh per run. The per-run statistic is ``T_q = np.quantile(e_i x, q)``.
+
+    Population quantity (what a release gate cares about): ``theta_q = E[T_q]``, the expected
+    per-run statistic over server instances (and over the run's own randomness) of the
+    configuration. Because ``E[e] = 1`` and ``e`` is independent of the run,
+    ``theta_q = E[Q_q]`` of a run without the effect; it is computed as the mean over
+    ``truth_runs`` independent runs of the configuration (Monte Carlo error about 1% of theta for
+    p99 at 2000 runs, small against the intervals it judges). The geometric counterpart
+    ``exp(E[log T_q]) = exp(E[log Q_q]) / sqrt(1 + cv^2)`` is reported as well: it is what a
+    t interval on logarithms estimates, and it is the median over instances when ``log T`` is
+    symmetric.
+
+    Single-run intervals: ``percentile_estimate`` of the run (scale-equivariant: the interval of
+    ``e x`` is ``e`` times that of ``x``), judged against theta and against the run's own
+    instance's percentile ``e_i * exp(mu + s Phi^-1(q))``. Trial-level intervals:
+    ``across_trials_estimate`` of k per-run statistics, each from its own fresh instance (k
+    disjoint runs, fresh effects), judged against theta; the former raw-scale t interval is
+    computed alongside for comparison, and so is the modified Cox interval for a log-normal
+    mean (``exp(m + s^2/2 ± t sqrt(s^2/k + s^4/(2(k-1))))`` on the logs), which targets
+    ``E[T]`` itself rather than the geometric mean.
+    """
+    rng = np.random.default_rng(seed)
+    single_n = {q: 0 for q in percentiles}
+    single_with = {q: 0 for q in percentiles}
+    single_own = {q: 0 for q in percentiles}
+    single_population = {q: 0 for q in percentiles}
+    single_z: dict[float, list[np.ndarray]] = {q: [] for q in percentiles}
+    n_bands = len(LEVEL_SHIFT_CV_BANDS)
+    counts = {(q, k): np.zeros(6 + 2 * n_bands, dtype=np.int64)
+              for q in percentiles for k in trial_counts}
+    widths: dict[tuple[float, int], list[float]] = {key: [] for key in counts}
+    half_normal = float(stats.norm.ppf(0.975))
+    for _ in range(n_configs):
+        rho, tail_s = rng.uniform(*RHO_RANGE), rng.uniform(*TAIL_S_RANGE)
+        pool = configuration_pool(rho, tail_s, runs_per_config, truth_runs, rng, percentiles)
+        # single runs: one fresh instance each
+        m = min(single_runs_per_config, runs_per_config)
+        cv = rng.uniform(*LEVEL_SHIFT_CV_RANGE, m)
+        effects = instance_effects(cv, rng)
+        for q in percentiles:
+            theta = pool.population[q]
+            own_truth = effects * true_percentile_s(tail_s, q)
+            single_n[q] += m
+            z = []
+            for i in range(m):
+                estimate = percentile_estimate(pool.runs[i], q)
+                if estimate.ci_low is None or estimate.ci_high is None or estimate.value is None:
+                    continue
+                low, high = effects[i] * estimate.ci_low, effects[i] * estimate.ci_high
+                single_with[q] += 1
+                single_own[q] += bool(low <= own_truth[i] <= high)
+                single_population[q] += bool(low <= theta <= high)
+                claimed_sd = math.log(high / low) / (2.0 * half_normal)
+                if claimed_sd > 0.0:
+                    z.append((math.log(effects[i] * estimate.value) - math.log(theta))
+                             / claimed_sd)
+            single_z[q].append(np.asarray(z))
+        # trial sets: k disjoint runs, one configuration (one CV) per set, fresh effects
+        for k in trial_counts:
+            n_sets = min(runs_per_config // k, max_sets_per_config)
+            set_cv = rng.uniform(*LEVEL_SHIFT_CV_RANGE, n_sets)
+            set_effects = instance_effects(np.repeat(set_cv, k), rng).reshape(n_sets, k)
+            band = _cv_band(set_cv)
+            t_crit = float(stats.t.ppf(0.975, k - 1))
+            for q in percentiles:
+                theta = pool.population[q]
+                values = set_effects * pool.statistics[q][: n_sets * k].reshape(n_sets, k)
+                geometric = np.exp(pool.log_population[q]) / np.sqrt(1.0 + set_cv**2)
+                raw_mean = values.mean(axis=1)
+                raw_half = t_crit * values.std(axis=1, ddof=1) / math.sqrt(k)
+                # modified Cox: log-normal mean exp(m + s^2/2), se sqrt(s^2/k + s^4/(2(k-1)))
+                logs = np.log(values)
+                log_var = logs.var(axis=1, ddof=1)
+                cox_center = logs.mean(axis=1) + log_var / 2.0
+                cox_half = t_crit * np.sqrt(log_var / k + log_var**2 / (2.0 * (k - 1)))
+                cox_covered = np.abs(math.log(theta) - cox_center) <= cox_half
+                row = counts[(q, k)]
+                for j in range(n_sets):
+                    estimate = across_trials_estimate(values[j])
+                    assert estimate.ci_low is not None and estimate.ci_high is not None
+                    covered = estimate.ci_low <= theta <= estimate.ci_high
+                    row[0] += 1
+                    row[1] += covered
+                    row[2] += estimate.ci_low <= geometric[j] <= estimate.ci_high
+                    row[3] += abs(raw_mean[j] - theta) <= raw_half[j]
+                    row[4] += raw_mean[j] - raw_half[j] < 0.0
+                    row[5] += cox_covered[j]
+                    row[6 + band[j]] += 1
+                    row[6 + n_bands + band[j]] += covered
+                    widths[(q, k)].append((estimate.ci_high - estimate.ci_low) / theta)
+    results = []
+    for q in percentiles:
+        levels = []
+        for k in trial_counts:
+            row = counts[(q, k)]
+            levels.append(TrialLevelCoverage(
+                k, int(row[0]), int(row[1]), int(row[2]),
+                tuple(int(v) for v in row[6: 6 + n_bands]),
+                tuple(int(v) for v in row[6 + n_bands:]), int(row[3]), int(row[4]),
+                int(row[5]), float(np.median(widths[(q, k)]))))
+        z_all = np.concatenate(single_z[q]) if single_z[q] else np.empty(0)
+        results.append(InstanceCoverage(
+            q, single_n[q], single_with[q], single_own[q], single_population[q],
+            float(z_all.std()) if z_all.size > 1 else float("nan"), tuple(levels)))
+    return results
+
+
+@dataclass(frozen=True)
+class AATrialRates:
+    """A/A (same configuration, fresh instances) false-positive rates of ``compare_trials``."""
+
+    trials_per_side: int
+    pairs: int
+    per_cell: dict[float, int]  # pairs whose unadjusted p < alpha, per percentile cell
+    family: int  # pairs where any cell is significant after Holm over the cells
+    min_p: float  # smallest attainable two-sided p at this k
+
+
+def aa_trials_with_holm(
+    n_pairs: int, trials_per_side: int, percentiles: Sequence[float] = TRIAL_PERCENTILES,
+    alpha: float = 0.05, n_configs: int = 20, seed: int = 10,
+) -> AATrialRates:
+    """A/A: k vs k fresh-instance trials of one configuration, the cells ``percentiles`` of each
+    run (so the cells are correlated, as in a real experiment), Mann-Whitney per cell and Holm
+    over the cells (what ``compare_groups`` does for one pair of variants)."""
+    rng = np.random.default_rng(seed)
+    per_cell = {q: 0 for q in percentiles}
+    family = 0
+    pairs_per_config = math.ceil(n_pairs / n_configs)
+    done = 0
+    while done < n_pairs:
+        rho, tail_s = rng.uniform(*RHO_RANGE), rng.uniform(*TAIL_S_RANGE)
+        size = min(pairs_per_config, n_pairs - done)
+        n_runs = 2 * trials_per_side * size
+        cv = np.repeat(rng.uniform(*LEVEL_SHIFT_CV_RANGE, size), 2 * trials_per_side)
+        runs = simulate_runs(np.full(n_runs, rho), np.full(n_runs, tail_s),
+                             instance_effects(cv, rng), REQUESTS_PER_RUN, rng)
+        values = {q: np.quantile(runs, q / 100.0, axis=1).reshape(size, 2, trials_per_side)
+                  for q in percentiles}
+        for j in range(size):
+            raw = [compare_trials(values[q][j, 0], values[q][j, 1], alpha=alpha)
+                   for q in percentiles]
+            for q, comparison in zip(percentiles, raw, strict=True):
+                per_cell[q] += comparison.significant
+            family += any(c.significant for c in with_holm(raw))
+        done += size
+    return AATrialRates(trials_per_side, n_pairs, per_cell, family,
+                        min_p_value_mann_whitney(trials_per_side, trials_per_side))
+
+
+# --------------------------------------------------------------------------------------------
+# ITL: cross-stream correlated stalls, request-ordered versus time-ordered gaps
+
+
+ITL_DECODE_STEP_S: float = 0.020  # median decode step with no prefill in it
+ITL_STEP_SIGMA: float = 0.10  # log-sd of the decode step (batch composition drift)
+ITL_STEP_RHO_RANGE: tuple[float, float] = (0.5, 0.95)  # step-to-step autocorrelation of it
+ITL_PREFILL_S_PER_TOKEN: float = ITL_DECODE_STEP_S / 1000.0  # a 1000-token prefill doubles a step
+ITL_PROMPT_TOKENS: tuple[int, int] = (100, 2000)
+ITL_OUTPUT_TOKENS: tuple[int, int] = (50, 400)
+ITL_JITTER_S: float = 0.0003  # mean per-stream delivery delay (exponential)
+ITL_STEPS_PER_RUN: int = 2500  # ~60 s of decoding
+ITL_PERCENTILES: tuple[float, ...] = (50.0, 99.0)
+
+
+def _first_request_starts(streams: int, rng: np.random.Generator) -> np.ndarray:
+    """Start step of each stream's first request, from the stationary delay distribution.
+
+    For a renewal process with request lengths L the time to the next start is ``j`` with
+    probability ``P(L > j) / E[L]``; starting there makes every stream stationary from step 0,
+    so each step holds Binomial(C, 1 / E[L]) new requests.
+    """
+    low, high = ITL_OUTPUT_TOKENS
+    lengths = np.arange(low, high + 1)
+    survival = (lengths[None, :] > np.arange(high)[:, None]).mean(axis=1)
+    return rng.choice(high, size=streams, p=survival / survival.sum())
+
+
+@dataclass(frozen=True)
+class ItlRun:
+    """One simulated run's inter-token gaps, in the two orders."""
+
+    request_ordered: np.ndarray  # requests by start, each request's gaps in order (today)
+    gap_s: np.ndarray  # the same gaps in generation order, with
+    arrival_s: np.ndarray  # the wall-clock arrival of each gap's later chunk
+
+
+def simulate_itl_run(
+    streams: int, steps: int, step_rho: float, rng: np.random.Generator,
+) -> ItlRun:
+    """C concurrent streams decoding in lock step, with prefill stalls that hit all of them.
+
+    Each decode step emits one token on every stream. Step t lasts
+    ``d_t = ITL_DECODE_STEP_S * exp(ITL_STEP_SIGMA * z_t) + ITL_PREFILL_S_PER_TOKEN * P_t``,
+    ``z`` a stationary AR(1) over steps (autocorrelation ``step_rho``) and ``P_t`` the prompt
+    tokens of the requests that start at step t (their prefill shares the step, delaying every
+    stream). Each stream runs back-to-back requests of ``ITL_OUTPUT_TOKENS`` tokens (uniform);
+    a request's first token is its TTFT, the later ones make gaps. A chunk reaches the client at
+    ``sum(d_1..d_t) + delta``, ``delta`` exponential with mean ``ITL_JITTER_S`` per stream and
+    chunk, so a gap is ``d_t + delta_t - delta_(t-1)``.
+    """
+    low, high = ITL_OUTPUT_TOKENS
+    n_requests = steps // low + 2
+    lengths = rng.integers(low, high + 1, (streams, n_requests))
+    starts = _first_request_starts(streams, rng)[:, None] + np.concatenate(
+        [np.zeros((streams, 1), dtype=np.int64), np.cumsum(lengths, axis=1)[:, :-1]], axis=1)
+    starts = np.concatenate([np.full((streams, 1), -high), starts], axis=1)  # the one running
+    step = np.arange(steps)
+    start_of = np.take_along_axis(
+        starts, np.stack([np.searchsorted(row, step, side="right") - 1 for row in starts]),
+        axis=1)
+    is_first = start_of == step[None, :]
+    prompts = rng.integers(ITL_PROMPT_TOKENS[0], ITL_PROMPT_TOKENS[1] + 1, (streams, steps))
+    prefill_s = (is_first * prompts).sum(axis=0) * ITL_PREFILL_S_PER_TOKEN
+    z = ar1_standard(np.array([step_rho]), steps, rng)[0]
+    duration_s = ITL_DECODE_STEP_S * np.exp(ITL_STEP_SIGMA * z) + prefill_s
+    arrival_s = np.cumsum(duration_s)[None, :] + rng.exponential(ITL_JITTER_S, (streams, steps))
+    keep = ~is_first[:, 1:]
+    gaps = np.diff(arrival_s, axis=1)[keep]
+    arrivals = arrival_s[:, 1:][keep]
+    stream = np.broadcast_to(np.arange(streams)[:, None], keep.shape)[keep]
+    order = np.lexsort((np.broadcast_to(step[None, 1:], keep.shape)[keep], stream,
+                        start_of[:, 1:][keep]))
+    return ItlRun(gaps[order], gaps, arrivals)
+
+
+def itl_true_percentiles(
+    streams: int, percentiles: Sequence[float] = ITL_PERCENTILES, n_draws: int = 4_000_000,
+    seed: int = 11,
+) -> dict[float, float]:
+    """Percentiles of the stationary ITL distribution that ``simulate_itl_run`` samples.
+
+    A gap at a step with N new requests (N ~ Binomial(C, 1 / E[L]), exact for the stationary
+    streams) is ``d + delta - delta'`` with ``d = ITL_DECODE_STEP_S exp(ITL_STEP_SIGMA Z)`` plus
+    the prefill of N prompts, and such a step yields C - N gaps. The gap distribution is that
+    mixture weighted by C - N; its quantiles come from ``n_draws`` independent draws (Monte
+    Carlo error about 0.1% of p99, far inside the intervals judged).
+    """
+    rng = np.random.default_rng(seed)
+    mean_length = float(np.mean(np.arange(ITL_OUTPUT_TOKENS[0], ITL_OUTPUT_TOKENS[1] + 1)))
+    new = rng.binomial(streams, 1.0 / mean_length, n_draws)
+    prompt_tokens = np.zeros(n_draws)
+    for j in range(1, int(new.max()) + 1):
+        prompt_tokens += np.where(new >= j, rng.integers(ITL_PROMPT_TOKENS[0],
+                                                         ITL_PROMPT_TOKENS[1] + 1, n_draws), 0)
+    gaps = (ITL_DECODE_STEP_S * np.exp(ITL_STEP_SIGMA * rng.standard_normal(n_draws))
+            + ITL_PREFILL_S_PER_TOKEN * prompt_tokens
+            + rng.exponential(ITL_JITTER_S, n_draws) - rng.exponential(ITL_JITTER_S, n_draws))
+    order = np.argsort(gaps)
+    weight = np.cumsum((streams - new)[order].astype(float))
+    weight /= weight[-1]
+    return {q: float(gaps[order][np.searchsorted(weight, q / 100.0)]) for q in percentiles}
+
+
+@dataclass(frozen=True)
+class ItlCoverage:
+    """Coverage of 95% ITL percentile intervals over simulated runs, for one gap order."""
+
+    streams: int
+    percentile: float
+    order: str  # "request" (pooled request by request) or "time" (by arrival)
+    runs: int
+    with_value: int
+    covered: int
+    median_gaps: float
+    median_n_effective: float
+    median_relative_width: float
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.with_value if self.with_value else float("nan")
+
+
+def itl_coverage(
+    n_runs: int, streams: int, steps: int = ITL_STEPS_PER_RUN,
+    step_rho_range: tuple[float, float] = ITL_STEP_RHO_RANGE,
+    percentiles: Sequence[float] = ITL_PERCENTILES, truth_draws: int = 4_000_000, seed: int = 12,
+) -> list[ItlCoverage]:
+    """ITL percentile intervals from gaps pooled request by request versus time-ordered.
+
+    Both go through ``percentile_estimate``: the request-ordered series as
+    ``reports/analysis/run_metrics.py`` pools it today, the time-ordered one through
+    ``itl_percentile_estimate`` (gaps sorted by arrival). Truth: ``itl_true_percentiles``.
+    """
+    rng = np.random.default_rng(seed)
+    truth = itl_true_percentiles(streams, percentiles, truth_draws)
+    rows: dict[tuple[float, str], list[list[float]]] = {
+        (q, order): [] for q in percentiles for order in ("request", "time")}
+    n_gaps = []
+    for _ in range(n_runs):
+        run = simulate_itl_run(streams, steps, float(rng.uniform(*step_rho_range)), rng)
+        n_gaps.append(run.gap_s.size)
+        for q in percentiles:
+            for order, estimate in (
+                ("request", percentile_estimate(run.request_ordered, q)),
+                ("time", itl_percentile_estimate(run.gap_s, run.arrival_s, q)),
+            ):
+                if estimate.ci_low is None or estimate.ci_high is None:
+                    rows[(q, order)].append([0.0, 0.0, estimate.n_effective, math.nan])
+                    continue
+                rows[(q, order)].append([
+                    1.0, float(estimate.ci_low <= truth[q] <= estimate.ci_high),
+                    estimate.n_effective, (estimate.ci_high - estimate.ci_low) / truth[q]])
+    results = []
+    for (q, order), values in rows.items():
+        table = np.asarray(values)
+        results.append(ItlCoverage(
+            streams, q, order, n_runs, int(table[:, 0].sum()), int(table[:, 1].sum()),
+            float(np.median(n_gaps)), float(np.median(table[:, 2])),
+            float(np.nanmedian(table[:, 3])) if table[:, 0].any() else float("nan")))
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _print_instance_effects(n_configs: int, runs_per_config: int, single_runs: int,
+                            max_sets: int) -> None:
+    results = instance_effect_coverage(n_configs, runs_per_config, single_runs,
+                                       max_sets_per_config=max_sets)
+    bands = " / ".join(f"{low:.0%}-{high:.0%}" for low, high in LEVEL_SHIFT_CV_BANDS)
+    print(f"Instance effects ({n_configs} configurations, each run a fresh instance with a "
+          f"log-normal level shift, CV in {LEVEL_SHIFT_CV_RANGE}); population quantity theta = "
+          "E[per-run statistic] over instances")
+    print("  single-run 95% intervals (percentile_estimate of one run):")
+    for r in results:
+        print(f"    p{r.percentile:g}: cover their own instance's percentile in "
+              f"{r.single_coverage_own:.1%}, theta in {r.single_coverage_population:.1%} "
+              f"({r.single_with_value} of {r.single_runs} runs had an interval); the per-run "
+              f"statistic spreads around theta {r.spread_ratio:.1f}x as wide as the intervals "
+              "claim")
+    print(f"  trial-level 95% intervals (across_trials_estimate, t-log-across-trials), "
+          f"coverage of theta; by CV band {bands}; [of the geometric target]; former raw-scale t "
+          "interval: coverage, share with a lower bound < 0; modified Cox interval: coverage; "
+          "median width / theta")
+    for r in results:
+        for level in r.trial_levels:
+            by_band = " / ".join(f"{v:.1%}" for v in level.band_coverage())
+            print(f"    p{r.percentile:g} k={level.trials:>2}: {level.coverage:.1%} "
+                  f"({by_band}) [{level.coverage_geometric:.1%}] of {level.sets} sets; raw "
+                  f"{level.raw_covered / level.sets:.1%}, {level.raw_below_zero / level.sets:.0%} "
+                  f"below 0; Cox {level.cox_covered / level.sets:.1%}; width "
+                  f"{level.median_relative_width:.2f}")
+
+
+def _print_aa_with_holm(pairs: int) -> None:
+    cells = ", ".join(f"p{q:g}" for q in TRIAL_PERCENTILES)
+    print(f"A/A trial comparison with instance effects (CV in {LEVEL_SHIFT_CV_RANGE}), cells "
+          f"{cells} of the same runs, alpha 0.05: per-cell p<0.05 / any cell after Holm")
+    for k in (*TRIAL_COUNTS[:2], 4, *TRIAL_COUNTS[2:]):
+        rates = aa_trials_with_holm(pairs, k)
+        per_cell = " / ".join(f"{rates.per_cell[q] / pairs:.1%}" for q in TRIAL_PERCENTILES)
+        print(f"    {k:>2} vs {k:<2}: {per_cell} / {rates.family / pairs:.1%} of {pairs} pairs "
+              f"(minimum attainable p {rates.min_p:.2g})")
+
+
+def _print_itl(runs: int, streams: Sequence[int], stress_runs: int) -> None:
+    print(f"ITL with prefill stalls shared by all C streams ({ITL_STEPS_PER_RUN} decode steps per "
+          f"run, step autocorrelation in {ITL_STEP_RHO_RANGE}): 95% CI coverage of the true "
+          "percentile, median n_eff claimed, median width / truth")
+    cases = [(c, ITL_STEP_RHO_RANGE, runs) for c in streams]
+    cases.append((streams[len(streams) // 2], (0.98, 0.995), stress_runs))
+    for c, rho_range, n_runs in cases:
+        label = "" if rho_range == ITL_STEP_RHO_RANGE else f", stress: step rho in {rho_range}"
+        for r in itl_coverage(n_runs, c, step_rho_range=rho_range):
+            print(f"    C={c:>2}{label} p{r.percentile:g} {r.order:>7}-ordered: "
+                  f"{r.coverage:.1%} of {r.with_value} runs, n_eff {r.median_n_effective:,.0f} "
+                  f"of {r.median_gaps:,.0f} gaps, width {r.median_relative_width:.3f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,6 +797,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs, pairs, naive_pairs, power_reps, gate_reps = (
         (1000, 1000, 1000, 300, 500) if args.quick else (4000, 4000, 2000, 1000, 2000))
+    instance_sizes = (8, 500, 40, 50) if args.quick else (40, 1000, 50, 100)
+    holm_pairs = 300 if args.quick else 1000
+    itl_runs, itl_streams, stress_runs = (
+        (100, (16,), 50) if args.quick else (300, (16, 32, 64), 200))
 
     start = time.perf_counter()
     bands = ", ".join(f"rho {low}-{high}" for low, high in RHO_BANDS)
@@ -302,10 +810,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_band = " / ".join(f"{v:.1%}" for v in c.band_coverage())
         print(f"  {c.what:>7}: coverage {c.coverage:.1%} ({by_band}) of {c.with_value} runs with "
               f"an interval ({c.with_value / c.runs:.0%}; the rest 'insufficient samples')")
+    _print_instance_effects(*instance_sizes)
     for k in (8, 9, 10):
         rate = aa_trials_false_positive_rate(pairs, k)
         print(f"A/A trial comparison, {k} vs {k} trials, per-trial p95, alpha 0.05: "
               f"significant in {rate:.1%} of {pairs} pairs")
+    _print_aa_with_holm(holm_pairs)
     for with_effect in (True, False):
         rate = naive_per_request_false_positive_rate(naive_pairs, with_instance_effect=with_effect)
         what = "with" if with_effect else "without"
@@ -319,6 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rate = non_inferiority_false_pass_rate(gate_reps)
     print(f"non-inferiority gate, 10 vs 10 trials, true ratio = 1 + margin (5%): "
           f"false PASS in {rate:.1%} of {gate_reps} gates (nominal <= 2.5%)")
+    _print_itl(itl_runs, itl_streams, stress_runs)
     print(f"percentile_estimate on 100,000 samples: {percentile_timing_s() * 1e3:.1f} ms")
     print(f"(total {time.perf_counter() - start:.0f} s)")
     return 0

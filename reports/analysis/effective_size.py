@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import fft as scipy_fft
+
 from vllm_slo.reports.analysis.inputs import as_1d_float
 
 #: The autocorrelation of a tail indicator is estimated from the requests beyond the percentile;

@@ -19,6 +19,7 @@ from enum import Enum
 
 import numpy as np
 from scipy import special, stats
+
 from vllm_slo.reports.analysis.effective_size import (
     capped_quantile_effective_size,
     effective_sample_size,
@@ -178,6 +179,43 @@ def percentile_estimate(
     return Estimate(value, interval[0], interval[1], confidence, n, n_eff, method, warnings)
 
 
+def time_ordered(values: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``values`` sorted by ``times`` (stable: equal times keep their input order; NaN times go
+    last). Both must be 1-D of equal length.
+
+    The percentile and mean intervals assume their input is in time order; this puts a series
+    that was collected in another order (ITL gaps pooled request by request) into it.
+    """
+    x = as_1d_float(values, "values")
+    t = as_1d_float(times, "times")
+    if x.shape != t.shape:
+        raise ValueError(f"values and times must have equal length, got {x.size} and {t.size}")
+    return x[np.argsort(t, kind="stable")]
+
+
+def itl_percentile_estimate(
+    gap_s: np.ndarray,
+    gap_arrival_s: np.ndarray,
+    percentile: float,
+    confidence: float = 0.95,
+) -> Estimate:
+    """An inter-token-latency percentile with a CI, from gaps ordered by arrival time.
+
+    ``gap_arrival_s[i]`` is the wall-clock arrival of the later chunk of gap i (any clock shared
+    by all streams, e.g. intended send + chunk offset). A decode step delivers one token to every
+    running stream at once, so a stall (a prefill, a preemption) lengthens the gaps of all
+    concurrent streams at the same moment. Pooled request by request, those copies of one stall
+    land far apart and the autocorrelation of the series misses them: the effective size comes
+    out near the number of gaps and the interval far too narrow (simulated 95% intervals
+    covered the true ITL p50/p99 in 17-45% of runs). In arrival order they are neighbours and
+    ``percentile_estimate`` counts them as the one event they are (95.7-97.7% covered,
+    docs/statistics.md). Method ``order-statistic-ess`` on ``time_ordered(gap_s,
+    gap_arrival_s)``; the point value equals that of any other order. NaN gaps are dropped with
+    a warning.
+    """
+    return percentile_estimate(time_ordered(gap_s, gap_arrival_s), percentile, confidence)
+
+
 # --------------------------------------------------------------------------------------------
 # means, rates, trials
 
@@ -244,25 +282,44 @@ def rate_estimate(successes: int, trials: int, confidence: float = 0.95) -> Esti
 
 
 def across_trials_estimate(per_trial_values: np.ndarray, confidence: float = 0.95) -> Estimate:
-    """Mean over k trials with a t interval on the trial values (``method="t-across-trials"``).
+    """Center of k trial values with a t interval that respects the sign of the values.
 
     Trials are independent (fresh server instances), so no autocorrelation correction applies.
-    k = 1 gives the value with no interval and a warning; k = 0 gives ``value=None``.
+
+    * All values > 0 (latencies, throughputs, ratios): ``method="t-log-across-trials"``, a t
+      interval on the logarithms, exponentiated: value ``exp(mean(log x))`` (the geometric
+      mean), interval ``exp(mean(log x) ± t(k - 1) sd(log x) / sqrt(k))``. The interval stays
+      positive whatever k (a raw-scale t interval with 2 trials easily reaches below 0) and
+      matches the multiplicative trial-to-trial variation of latency statistics (the geometric
+      mean is the center the non-inferiority gate compares).
+    * Any value <= 0 (an error rate of 0): ``method="t-across-trials"``, the arithmetic mean
+      with a t interval on the raw values.
+
+    Non-finite values are dropped with a warning. k = 1 gives the value with no interval and a
+    warning; k = 0 gives ``value=None``.
     """
     check_confidence(confidence)
     x, warnings = drop_nonfinite(per_trial_values, "per_trial_values")
     k = x.size
-    method = "t-across-trials"
+    log_scale = k > 0 and bool((x > 0.0).all())
+    method = "t-log-across-trials" if log_scale else "t-across-trials"
     if k == 0:
         return Estimate(None, None, None, confidence, 0, 0.0, method,
                         (*warnings, "insufficient trials (need >= 1, have 0)"))
-    value = float(x.mean())
+    scale = np.log(x) if log_scale else x
+    center = float(scale.mean())
+    value = math.exp(center) if log_scale else center
     if k == 1:
-        return Estimate(value, None, None, confidence, 1, 1.0, method,
+        return Estimate(float(x[0]), None, None, confidence, 1, 1.0, method,
                         (*warnings, "a single trial has no confidence interval "
                                     "(need >= 2 trials, have 1)"))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * float(x.std(ddof=1)) / math.sqrt(k)
-    return Estimate(value, value - half, value + half, confidence, k, float(k), method, warnings)
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * float(
+        scale.std(ddof=1)) / math.sqrt(k)
+    if log_scale:
+        low, high = math.exp(center - half), math.exp(center + half)
+    else:
+        low, high = center - half, center + half
+    return Estimate(value, low, high, confidence, k, float(k), method, warnings)
 
 
 def goodput_estimate(

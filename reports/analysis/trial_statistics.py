@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import stats
+
 from vllm_slo.reports.analysis.inputs import as_1d_float, check_alpha, check_confidence, drop_nan
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
+
 from vllm_slo.reports.analysis import effective_size, inputs, trial_statistics
 from vllm_slo.reports.analysis import statistics as st
 from vllm_slo.reports.analysis.effective_size import effective_sample_size, lag1_autocorrelation
@@ -213,6 +214,55 @@ def test_percentile_is_deterministic_and_fast() -> None:
 # --- means, rates, trials, goodput ------------------------------------------------------------
 
 
+def test_time_ordered_sorts_stably_by_time() -> None:
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    times = np.array([0.3, 0.1, np.nan, 0.1, 0.2])
+    assert st.time_ordered(values, times).tolist() == [2.0, 4.0, 5.0, 1.0, 3.0]
+    with pytest.raises(ValueError, match="equal length"):
+        st.time_ordered(values, times[:4])
+    with pytest.raises(ValueError, match="1-D"):
+        st.time_ordered(values.reshape(5, 1), times.reshape(5, 1))
+
+
+def _lock_step_gaps(streams: int, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray,
+                                                                    np.ndarray]:
+    """Streams decoding in lock step, stalls (5% of steps, 5x) shared by all of them.
+
+    Returns the gaps pooled stream by stream (one request per stream), the same gaps and their
+    arrival times in generation order.
+    """
+    rng = np.random.default_rng(seed)
+    step_s = 0.01 * np.exp(0.05 * rng.standard_normal(steps))
+    step_s[rng.random(steps) < 0.05] *= 5.0
+    arrival_s = np.cumsum(step_s)[None, :] + rng.exponential(1e-4, (streams, steps))
+    gaps = np.diff(arrival_s, axis=1)
+    return gaps.ravel(), gaps.T.ravel(), arrival_s[:, 1:].T.ravel()
+
+
+def test_itl_percentile_estimate_counts_shared_stalls_once() -> None:
+    request_ordered, gap_s, arrival_s = _lock_step_gaps(streams=20, steps=2000, seed=3)
+    pooled = percentile_estimate(request_ordered, 99.0)
+    itl = st.itl_percentile_estimate(gap_s, arrival_s, 99.0)
+    assert itl.value == pooled.value  # the same gaps: only the interval changes
+    assert itl.method == "order-statistic-ess" and itl.n == pooled.n == 20 * 1999
+    # about 2000 independent steps carry the information (each stall is one event, not 20);
+    # pooled by request the 20 copies of a stall look independent
+    assert pooled.n_effective > 0.9 * pooled.n
+    assert 1500 < itl.n_effective < 2500
+    assert itl.ci_low is not None and itl.ci_high is not None
+    assert pooled.ci_low is not None and pooled.ci_high is not None
+    assert itl.ci_high - itl.ci_low > 3.0 * (pooled.ci_high - pooled.ci_low)
+    assert itl == percentile_estimate(st.time_ordered(gap_s, arrival_s), 99.0)
+
+
+def test_itl_percentile_estimate_of_time_ordered_gaps_is_percentile_estimate() -> None:
+    gaps = np.exp(ar1(3000, 0.6, seed=4))
+    times = np.arange(3000.0)
+    assert st.itl_percentile_estimate(gaps, times, 90.0) == percentile_estimate(gaps, 90.0)
+    empty = st.itl_percentile_estimate(np.empty(0), np.empty(0), 50.0)
+    assert empty.value is None and "insufficient samples" in empty.warnings[0]
+
+
 def test_mean_estimate_equals_t_interval_when_independent() -> None:
     rng = np.random.default_rng(10)
     x = np.tile([1.0, 3.0], 100) + 0.1 * rng.standard_normal(200)  # negative lag-1: n_eff = n
@@ -263,15 +313,57 @@ def test_rate_estimate_edges() -> None:
         rate_estimate(5, 3)
 
 
-def test_across_trials_estimate() -> None:
+def test_across_trials_estimate_is_a_t_interval_on_logs() -> None:
+    # logs of 1, 4, 16 are 0, 2 ln 2, 4 ln 2: mean 2 ln 2 (geometric mean 4), sd 2 ln 2
+    result = across_trials_estimate(np.array([1.0, 4.0, 16.0]))
+    t_2 = 4.302652729911275  # t(0.975, 2 df)
+    half = t_2 * 2.0 * math.log(2.0) / math.sqrt(3.0)
+    assert result.method == "t-log-across-trials"
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx(
+        (4.0, 4.0 * math.exp(-half), 4.0 * math.exp(half)))
+    assert (result.n, result.n_effective, result.warnings) == (3, 3.0, ())
     values = np.array([1.2, 0.9, 1.4, 1.1, 1.0])
+    logs = np.log(values)
+    low, high = stats.t.interval(0.95, 4, loc=logs.mean(), scale=stats.sem(logs))
     result = across_trials_estimate(values)
-    low, high = stats.t.interval(0.95, 4, loc=values.mean(), scale=stats.sem(values))
-    assert (result.value, result.ci_low, result.ci_high) == pytest.approx((1.12, low, high))
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx(
+        (math.exp(logs.mean()), math.exp(low), math.exp(high)))
+
+
+def test_across_trials_estimate_stays_positive_with_two_trials() -> None:
+    # 2 and 8 s: geometric mean 4, half-width t(0.975, 1) * ln 2 on the log scale, so the
+    # interval is [2^(2 - 12.71), 2^(2 + 12.71)]; the raw-scale t interval would be
+    # 5 ± 12.71 * 3 = [-33.1, 43.1] s, a negative latency.
+    result = across_trials_estimate(np.array([2.0, 8.0]))
+    t_1 = 12.706204736174698  # t(0.975, 1 df)
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx(
+        (4.0, 2.0 ** (2.0 - t_1), 2.0 ** (2.0 + t_1)))
+    assert result.ci_low is not None and result.ci_low > 0.0
+
+
+def test_across_trials_estimate_falls_back_to_raw_scale_for_zeros() -> None:
+    # error rates 0, 2%, 1%: mean 0.01, sd 0.01, t(0.975, 2) * 0.01 / sqrt(3) = 0.024841
+    result = across_trials_estimate(np.array([0.0, 0.02, 0.01]))
+    assert result.method == "t-across-trials"
+    assert (result.value, result.ci_low, result.ci_high) == pytest.approx(
+        (0.01, 0.01 - 0.0248414, 0.01 + 0.0248414), abs=1e-7)
+    negative = across_trials_estimate(np.array([-1.0, 1.0]))
+    assert (negative.method, negative.value) == ("t-across-trials", 0.0)
+    zeros = across_trials_estimate(np.zeros(3))
+    assert (zeros.value, zeros.ci_low, zeros.ci_high) == (0.0, 0.0, 0.0)
+
+
+def test_across_trials_estimate_edges() -> None:
+    constant = across_trials_estimate(np.full(3, 0.25))
+    assert (constant.value, constant.ci_low, constant.ci_high) == pytest.approx((0.25,) * 3)
     single = across_trials_estimate(np.array([1.5]))
     assert (single.value, single.ci_low, single.ci_high) == (1.5, None, None)
+    assert single.method == "t-log-across-trials"
     assert "single trial" in single.warnings[0]
     assert across_trials_estimate(np.array([])).value is None
+    with_nan = across_trials_estimate(np.array([2.0, np.nan, 8.0]))
+    assert with_nan.n == 2 and with_nan.value == pytest.approx(4.0)
+    assert "dropped 1 non-finite value" in with_nan.warnings[0]
 
 
 def test_goodput_estimate_independent_equals_clopper_pearson() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from vllm_slo.reports.analysis.statistics import percentile_estimate
 from vllm_slo.reports.analysis.trial_statistics import min_p_value_mann_whitney
 
@@ -34,6 +35,7 @@ calibration = _load_calibration()
 
 def test_simulated_series_have_the_intended_autocorrelation() -> None:
     import numpy as np
+
     from vllm_slo.reports.analysis.effective_size import lag1_autocorrelation
 
     rng = np.random.default_rng(0)
@@ -67,6 +69,47 @@ def test_aa_trial_comparison_false_positive_rate_is_nominal() -> None:
     assert min_p_value_mann_whitney(trials, trials) < 0.05
     rate = calibration.aa_trials_false_positive_rate(2000, trials)
     assert 0.03 <= rate <= 0.07
+
+
+def test_single_run_intervals_miss_the_population_but_trial_intervals_cover_it() -> None:
+    results = calibration.instance_effect_coverage(
+        n_configs=6, runs_per_config=400, single_runs_per_config=30, truth_runs=600,
+        max_sets_per_config=40)
+    sets = covered = 0
+    for r in results:
+        # one run's interval covers its own instance, not the population over instances (p99
+        # has an interval in few runs, and those are the widest)
+        assert r.single_coverage_own >= 0.90, r
+        assert r.single_coverage_population < r.single_coverage_own - 0.2, r
+        if r.percentile < 99.0:
+            assert r.single_coverage_population <= 0.6, r
+            assert r.spread_ratio >= 2.5, r
+        for level in r.trial_levels:
+            assert level.coverage >= 0.88, (r.percentile, level)
+            sets += level.sets
+            covered += level.covered
+            if level.trials == 2:  # the raw-scale interval reached below 0 for most pairs
+                assert level.raw_below_zero > 0.3 * level.sets
+    assert 0.93 <= covered / sets <= 0.97
+
+
+def test_aa_trial_comparison_with_holm_over_cells() -> None:
+    assert calibration.aa_trials_with_holm(100, 3).family == 0  # minimum p 0.1 > alpha
+    rates = calibration.aa_trials_with_holm(400, 10)  # exact size at 10 vs 10: 0.043
+    per_cell = sum(rates.per_cell.values()) / (len(rates.per_cell) * rates.pairs)
+    assert 0.025 <= per_cell <= 0.07, rates
+    assert rates.family / rates.pairs <= 0.05  # Holm over correlated cells: conservative
+
+
+def test_itl_intervals_need_time_ordered_gaps() -> None:
+    results = {(r.percentile, r.order): r for r in calibration.itl_coverage(
+        120, streams=16, steps=1500, truth_draws=1_000_000)}
+    for q in calibration.ITL_PERCENTILES:
+        request, time_ordered = results[(q, "request")], results[(q, "time")]
+        assert request.coverage <= 0.75, request
+        assert time_ordered.with_value == time_ordered.runs
+        assert time_ordered.coverage >= 0.91, time_ordered
+        assert request.median_n_effective > 5.0 * time_ordered.median_n_effective
 
 
 def test_naive_per_request_test_is_far_off() -> None:
