@@ -2,11 +2,16 @@
 
 Definitions (README "Measurement definitions"):
 - TTFT: first content chunk − intended send. E2E: end of response − intended send.
-- ITL: gaps between successive content chunks of a request, pooled over requests (vLLM's).
+- ITL: gaps between successive content chunks of a request, pooled over requests (vLLM's), in
+  the order the gaps ended (wall clock): a stall that hits every stream at once is then one
+  cluster of gaps, and the percentile interval's effective sample size sees it as such.
 - TPOT: (E2E − TTFT) / (output tokens − 1), per request with ≥ 2 output tokens.
 - Only rows in the `measure` phase count; warm-up and cool-down rows are kept on disk.
-- Throughput: output tokens (requests) of successful requests that *completed* inside the
-  measured window, per second; its CI comes from per-second bins (autocorrelation-aware).
+- Output throughput: output tokens of successful requests whose chunks *arrived* inside the
+  measured window, per second (a request straddling a boundary counts partly; a chunk carrying
+  several tokens counts its share of the request's usage count), so it can never exceed what
+  the server emitted. Request throughput: successful requests *completed* inside the window.
+  Both CIs come from per-second bins (autocorrelation-aware).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from vllm_slo.reports.analysis.statistics import (
     mean_estimate,
     percentile_estimate,
     rate_estimate,
+    time_ordered,
 )
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -47,7 +53,7 @@ class RunSeries:
     window_s: float
     requests: int
     failed: int
-    output_tokens_per_bin: np.ndarray  # per 1-s bin of the window, by completion time
+    output_tokens_per_bin: np.ndarray  # per 1-s bin of the window, by chunk arrival time
     completions_per_bin: np.ndarray
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     queued_for_slot: int = 0  # open loop: measured requests that waited for an in-flight slot
@@ -110,6 +116,41 @@ def pooled_gaps(offset_lists: pa.ListArray) -> np.ndarray:
     return np.diff(flat)[keep]
 
 
+def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
+                      output_tokens: np.ndarray, window_start_unix_s: float, bin_s: float,
+                      n_bins: int) -> np.ndarray:
+    """Output tokens per bin by the arrival time of the chunk that carried them: each request's
+    usage count is spread evenly over its content chunks (exact when a chunk is one token)."""
+    per_bin = np.zeros(n_bins)
+    counts = np.diff(offset_lists.offsets.to_numpy())
+    flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    if flat.size == 0:
+        return per_bin
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(counts > 0, np.nan_to_num(output_tokens) / counts, 0.0)
+    arrival = np.repeat(start_unix_s, counts) + flat
+    weight = np.repeat(share, counts)
+    index = np.floor((arrival - window_start_unix_s) / bin_s)
+    inside = (index >= 0) & (index < n_bins) & np.isfinite(weight)
+    np.add.at(per_bin, index[inside].astype(int), weight[inside])
+    return per_bin
+
+
+def pooled_gap_arrivals(offset_lists: pa.ListArray, send_unix_s: np.ndarray) -> np.ndarray:
+    """When each gap of `pooled_gaps` ended: the request's intended send + the later chunk's
+    offset (Unix seconds), aligned with `pooled_gaps`' output."""
+    flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    if flat.size < 2:
+        return np.empty(0)
+    offsets = offset_lists.offsets.to_numpy()
+    row_send = np.repeat(np.asarray(send_unix_s, dtype=np.float64), np.diff(offsets))
+    bounds = offsets - offsets[0]
+    keep = np.ones(flat.size - 1, dtype=bool)
+    starts = bounds[1:-1]
+    keep[starts[(starts > 0) & (starts < flat.size)] - 1] = False
+    return (row_send + flat)[1:][keep]
+
+
 def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
     """Series of the `measure` rows of a samples table (any row order on input)."""
     table = table.sort_by("intended_send_unix_s")
@@ -132,9 +173,9 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot_all = (e2e_all - ttft_all) / (tokens_all - 1.0)
     tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
-    itl = pooled_gaps(table.column("chunk_offsets_s").combine_chunks().filter(pa.array(good)))
-
     intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
+    good_offsets = table.column("chunk_offsets_s").combine_chunks().filter(pa.array(good))
+    itl = time_ordered(pooled_gaps(good_offsets), pooled_gap_arrivals(good_offsets, intended[good]))
     window_start = float(intended[measured].min()) if measured.any() else None
     n_bins = max(1, int(np.ceil(window_s / bin_s)))
     tokens_per_bin = np.zeros(n_bins)
@@ -143,8 +184,10 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         end_unix = intended + np.nan_to_num(e2e_all, nan=np.inf)
         inside = ok & (end_unix >= window_start) & (end_unix < window_start + n_bins * bin_s)
         index = ((end_unix[inside] - window_start) // bin_s).astype(int)
-        np.add.at(tokens_per_bin, index, np.nan_to_num(tokens_all[inside]))
         np.add.at(completions_per_bin, index, 1.0)
+        offsets = table.column("chunk_offsets_s").combine_chunks().filter(pa.array(ok))
+        tokens_per_bin = tokens_by_arrival(offsets, intended[ok], tokens_all[ok], window_start,
+                                           bin_s, n_bins)
     queued = np.asarray(table.column("queued_for_slot").fill_null(False).to_numpy(
         zero_copy_only=False), dtype=bool)
     plan_index = table.column("plan_index").to_pylist()

@@ -54,10 +54,30 @@ def test_definitions_on_known_rows() -> None:
     assert list(series.tpot_s) == pytest.approx([0.12 / 3, 0.01 / 1])
     assert list(series.e2e_s) == pytest.approx([0.22, 0.31])
     assert series.errors_by_kind == {"HTTP 503": 1}
-    # throughput: tokens of successful requests by completion second within the window; the
-    # warm-up request sent at 0 s completes at 9.06 s, inside the window [1 s, 11 s): counted
+    # throughput: tokens of successful requests by the second their chunks arrived within the
+    # window; the warm-up request's chunks arrive at 9.00-9.06 s, inside [1 s, 11 s): counted.
+    # Request throughput counts completions.
     assert list(series.output_tokens_per_bin) == [4, 2, 0, 0, 0, 0, 0, 0, 4, 0]
     assert list(series.completions_per_bin) == [1, 1, 0, 0, 0, 0, 0, 0, 1, 0]
+
+
+def test_output_tokens_count_when_their_chunks_arrive() -> None:
+    """A request straddling bins counts partly in each; a chunk carrying several tokens
+    counts its share; no bin can exceed what the streams emitted."""
+    rows = [row(0, ttft=0.5, gaps=(1.0, 1.0, 1.0), tokens=8),  # chunks at 0.5 1.5 2.5 3.5 s
+            row(1, ttft=0.2, gaps=(0.1,), tokens=2, send=0.0)]  # chunks at 0.2 0.3 s
+    series = run_series(table(rows), window_s=3.0)
+    # request 0: 8 tokens over 4 chunks = 2 per chunk, the last one (3.5 s) after the window
+    assert list(series.output_tokens_per_bin) == [2 + 2, 2, 2]
+    assert list(series.completions_per_bin) == [1, 0, 0]  # request 0 ends after the window
+
+
+def test_itl_gaps_are_in_the_order_they_ended() -> None:
+    """Two concurrent streams: gaps pooled by wall-clock end time, not request by request."""
+    rows = [row(0, ttft=0.1, gaps=(0.2, 0.2, 0.2)),  # gaps end at 0.3 0.5 0.7 s
+            row(1, ttft=0.1, gaps=(0.05, 0.3, 0.05), send=0.1)]  # end at 0.25 0.55 0.6 s
+    series = run_series(table(rows), window_s=2.0)
+    assert list(series.itl_s) == pytest.approx([0.05, 0.2, 0.2, 0.3, 0.05, 0.2])
 
 
 def test_empty_and_all_failed_give_warnings_not_zeros() -> None:
