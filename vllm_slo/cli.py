@@ -5,10 +5,13 @@
     vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
     vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
     vllm-slo plan RUN_DIR [--effect 10%]                    trials needed, from a pilot
+    vllm-slo import vllm-bench FILE.json... [--out DIR] [--label L]...   `vllm bench serve`
+             results (--save-result --save-detailed) as a run folder or an experiment
     vllm-slo scenarios                                      list shipped scenarios
 
-Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error · 3 inconclusive ·
-4 the measurement is invalid (server died, no successful request, interrupted).
+Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error (also: a malformed
+imported file) · 3 inconclusive · 4 the measurement is invalid (server died, no successful
+request, interrupted).
 """
 
 from __future__ import annotations
@@ -101,6 +104,30 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--effect", type=_percent, default=0.10)
     plan.add_argument("--alpha", type=float, default=0.05)
     sub.add_parser("scenarios", help="list the shipped scenarios")
+    imports = sub.add_parser("import", help="import results of other tools as run folders")
+    kinds = imports.add_subparsers(dest="kind", required=True)
+    bench = kinds.add_parser(
+        "vllm-bench", help="`vllm bench serve --save-result --save-detailed` JSON files",
+        description="One file: a run folder. Several: an experiment, one trial per file; "
+                    "files with the same label are trials of one variant (the first label "
+                    "is the baseline), and the label is recorded as the server instance.")
+    bench.add_argument("files", type=Path, nargs="*", metavar="FILE.json")
+    bench.add_argument("--out", type=Path, default=None,
+                       help="the run folder to create (default: RUNS_DIR/<UTC>-vllm-bench)")
+    bench.add_argument("--label", action="append", default=[], metavar="LABEL",
+                       help="variant and server-instance label: once for every file, or once "
+                            "per file in the same order")
+    bench.add_argument("--variant", action="append", default=[], metavar="NAME=FILE",
+                       help="FILE is a trial of variant NAME (repeatable; instead of FILE "
+                            "arguments)")
+    bench.add_argument("--slo-from", "--scenario", dest="slo_from", default=None,
+                       metavar="SCENARIO",
+                       help="take the SLOs and compared cells from a scenario (shipped name "
+                            "or YAML file); default: no SLOs")
+    bench.add_argument("--latency-from", choices=("arrival", "send"), default="arrival",
+                       help="open loop: count latencies from when vLLM bench released the "
+                            "request (default; includes waiting for a --max-concurrency "
+                            "slot) or from the actual send (vLLM bench's own numbers)")
     return parser
 
 
@@ -111,6 +138,13 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     if options.command == "scenarios":
         say("\n".join(shipped_scenarios()))
         return ExitCode.PASS
+    if options.command == "import":
+        from vllm_slo.import_vllm_bench import import_vllm_bench
+
+        result = import_vllm_bench(options.files, options.out, options.label, options.variant,
+                                   options.slo_from, options.latency_from, options.runs_dir)
+        say(result.text)
+        return int(result.exit_code)
     from vllm_slo import saved_runs  # heavy imports only for the saved-run commands
 
     if options.command == "report":
