@@ -652,6 +652,9 @@ def write_run(run_dir: Path, record: BenchRecord, label: str | None,
 
 
 def _check_label(label: str, where: str) -> str:
+    if label == "run":  # trial folders `NNN-run-k` are those of an unnamed variant
+        raise ScenarioError(f"{where} 'run' is reserved for unlabelled files; pick another "
+                            f"label")
     if not _LABEL.match(label):
         raise ScenarioError(f"{where} {label!r}: a label names a variant and a trial folder; "
                             f"use letters, digits, '.', '_' and '-', starting with a letter "

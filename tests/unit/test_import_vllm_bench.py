@@ -548,6 +548,7 @@ def test_slos_and_cells_from_a_scenario(tmp_path: Path) -> None:
     (["--variant", "x=A", "--label", "y"], "NAME is the file's label"),
     (["--variant", "nofile"], "expected NAME=FILE"),
     (["A", "--label", "has space"], "a label names a variant"),
+    (["A", "B", "--label", "run"], "reserved"),
     ([], "which files?"),
 ])
 def test_usage_errors(tmp_path: Path, arguments: list[str], words: str) -> None:
