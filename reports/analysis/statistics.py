@@ -73,22 +73,23 @@ def percentile_label(percentile: float) -> str:
 # percentiles
 
 
-def order_statistic_interval(
+def order_statistic_bounds(
     sorted_values: np.ndarray, q: float, n_effective: float, confidence: float = 0.95
-) -> tuple[float, float] | None:
-    """Distribution-free CI for the q-quantile from order statistics, using an effective size.
+) -> tuple[float | None, float | None]:
+    """Distribution-free confidence bounds for the q-quantile from order statistics, using an
+    effective size; each bound is None when it would need a rank beyond the sample (open).
 
     With ``m = floor(n_effective)`` independent-equivalent samples, the exact binomial interval
     picks order statistics ``k_lo = Binom(m, q).ppf(a/2)`` and ``k_hi = Binom(m, q).isf(a/2) + 1``
     (1-based, as ``scipy.stats.quantile_test``); those ranks are mapped onto the n actual samples
     as ``k (n + 1) / (m + 1)``, rounded outwards. With ``n_effective == n`` this is exactly
-    scipy's interval. None when the interval would need ranks beyond the sample.
+    scipy's interval.
     """
     check_confidence(confidence)
     n = sorted_values.size
     m = math.floor(min(n_effective, float(n)))
     if n == 0 or m < 1:
-        return None
+        return None, None
     tail = (1.0 - confidence) / 2.0
     binomial = stats.binom(m, q)
     k_lo = float(binomial.ppf(tail))
@@ -96,9 +97,17 @@ def order_statistic_interval(
     scale = (n + 1) / (m + 1)
     rank_lo = math.floor(k_lo * scale + 1e-9)
     rank_hi = math.ceil(k_hi * scale - 1e-9)
-    if rank_lo < 1 or rank_hi > n:
-        return None
-    return float(sorted_values[rank_lo - 1]), float(sorted_values[rank_hi - 1])
+    low = float(sorted_values[rank_lo - 1]) if rank_lo >= 1 else None
+    high = float(sorted_values[rank_hi - 1]) if rank_hi <= n else None
+    return low, high
+
+
+def order_statistic_interval(
+    sorted_values: np.ndarray, q: float, n_effective: float, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """The two-sided interval of ``order_statistic_bounds``; None when either bound is open."""
+    low, high = order_statistic_bounds(sorted_values, q, n_effective, confidence)
+    return None if low is None or high is None else (low, high)
 
 
 def quantile_effective_size(series_time_ordered: np.ndarray, q: float, threshold: float) -> float:
@@ -129,11 +138,13 @@ def percentile_estimate(
     the percentile) the effective size is capped by the one at the nearest level that has that
     many, because a tail autocorrelation from a few requests is too noisy to trust.
 
-    Tail rule: fewer than ``MIN_EFFECTIVE_TAIL_SAMPLES`` effective samples beyond the
-    percentile gives ``value=None`` and the warning
+    The observed percentile is always the value when there is data (``value=None`` only for an
+    empty series). Tail rule: with fewer than ``MIN_EFFECTIVE_TAIL_SAMPLES`` effective samples
+    beyond the percentile, the bound on the tail's side is open (None: an upper bound for
+    p > 50, a lower one for p < 50, both for p50) and the warning says
     ``"insufficient samples for p99 (need >= N, have M)"`` with N and M in requests (N assumes
-    the autocorrelation stays as measured). NaNs are dropped (with a warning). The method is
-    deterministic.
+    the autocorrelation stays as measured); a bound whose order statistic lies beyond the sample
+    is open too. NaNs are dropped (with a warning). The method is deterministic.
     """
     if not (0.0 <= percentile <= 100.0) or math.isnan(percentile):
         raise ValueError(f"percentile must be within [0, 100], got {percentile!r}")
@@ -145,38 +156,40 @@ def percentile_estimate(
     method = "order-statistic-ess"
     side = min(q, 1.0 - q)
 
-    def insufficient(n_eff: float, detail: str) -> Estimate:
-        if side > 0.0:
-            inflation = n / n_eff if n > 0 and n_eff > 0 else 1.0
-            need = str(math.ceil(MIN_EFFECTIVE_TAIL_SAMPLES / side * inflation))
-        else:
-            need = "an unbounded number"
-        message = f"insufficient samples for {label} (need >= {need}, have {n})"
-        return Estimate(
-            None, None, None, confidence, n, n_eff, method, (*warnings, f"{message}: {detail}")
-        )
+    def need_text(n_eff: float) -> str:
+        if side == 0.0:
+            return "an unbounded number"
+        inflation = n / n_eff if n > 0 and n_eff > 0 else 1.0
+        return str(math.ceil(MIN_EFFECTIVE_TAIL_SAMPLES / side * inflation))
 
     if n == 0:
-        return insufficient(0.0, "no samples")
-    if side == 0.0:
-        return insufficient(float(n), f"{label} is the sample extreme and has no upper bound")
+        return Estimate(None, None, None, confidence, 0, 0.0, method,
+                        (*warnings, f"insufficient samples for {label} (need >= "
+                                    f"{need_text(0.0)}, have 0): no samples"))
     sorted_x = np.sort(x)
     value = float(np.quantile(sorted_x, q))
+    if side == 0.0:
+        return Estimate(value, None, None, confidence, n, float(n), method,
+                        (*warnings, f"insufficient samples for {label} (need >= an unbounded "
+                                    f"number, have {n}): {label} is the sample extreme and has "
+                                    "no confidence bound"))
     n_eff = capped_quantile_effective_size(x, q, value)
+    low, high = order_statistic_bounds(sorted_x, q, n_eff, confidence)
     effective_tail = n_eff * side
     if effective_tail < MIN_EFFECTIVE_TAIL_SAMPLES:
-        return insufficient(
-            n_eff,
+        if q >= 0.5:
+            high = None
+        if q <= 0.5:
+            low = None
+        warnings = (*warnings, (
+            f"insufficient samples for {label} (need >= {need_text(n_eff)}, have {n}): "
             f"{effective_tail:.1f} effective samples beyond {label}, "
-            f"{MIN_EFFECTIVE_TAIL_SAMPLES:g} required; autocorrelation leaves "
-            f"~{n_eff:.0f} effective of {n} requests",
-        )
-    interval = order_statistic_interval(sorted_x, q, n_eff, confidence)
-    if interval is None:
-        return insufficient(
-            n_eff, f"no order-statistic interval at {confidence:.0%} with ~{n_eff:.0f} effective"
-        )
-    return Estimate(value, interval[0], interval[1], confidence, n, n_eff, method, warnings)
+            f"{MIN_EFFECTIVE_TAIL_SAMPLES:g} required (autocorrelation leaves ~{n_eff:.0f} "
+            f"effective of {n} requests); the observed value is shown, its interval is open"))
+    elif low is None or high is None:
+        warnings = (*warnings, f"{label}: no order-statistic bound at {confidence:.0%} on "
+                               f"one side with ~{n_eff:.0f} effective samples (open)")
+    return Estimate(value, low, high, confidence, n, n_eff, method, warnings)
 
 
 def time_ordered(values: np.ndarray, times: np.ndarray) -> np.ndarray:

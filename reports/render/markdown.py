@@ -15,9 +15,12 @@ from pathlib import Path
 from vllm_slo.reports.analysis.summary import RunSummaryDocument
 from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.text import (
+    OPEN_FOOTNOTE,
     format_latency,
+    format_latency_marked,
     format_observed,
     format_threshold,
+    is_open,
     outcome,
     requests_line,
     slo_name,
@@ -64,10 +67,14 @@ def render_markdown(summary: RunSummaryDocument) -> str:
         lines.append("")
     lines.append(_row(["metric", "count", "mean", "p50", "p95", "p99"]))
     lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
+    any_open = False
     for name, metric in summary.metrics.items():
-        p = metric.percentiles
+        shown = [metric.percentiles[k] for k in ("p50", "p95", "p99")]
+        any_open = any_open or any(is_open(e) for e in shown)
         lines.append(_row([name, str(metric.count), format_latency(metric.mean),
-                           *(format_latency(p[k]) for k in ("p50", "p95", "p99"))]))
+                           *(format_latency_marked(e) for e in shown)]))
+    if any_open:
+        lines += ["", cell(OPEN_FOOTNOTE)]
     lines.append("")
     lines.append(cell(requests_line(summary)))
     if summary.warnings:

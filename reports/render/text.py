@@ -31,10 +31,31 @@ def format_latency(estimate: ReportedEstimate) -> str:
     return format_duration_s(estimate.value)
 
 
+OPEN_BOUND = "–"  # a confidence bound the data cannot give (too few samples beyond it)
+
+
+OPEN_MARK = "†"
+OPEN_FOOTNOTE = (f"{OPEN_MARK} observed value; too few samples beyond that percentile to bound "
+                 "it on the tail's side (its interval is open)")
+
+
+def is_open(estimate: ReportedEstimate) -> bool:
+    return estimate.value is not None and (estimate.ci_low is None or estimate.ci_high is None)
+
+
+def format_latency_marked(estimate: ReportedEstimate) -> str:
+    """A table cell: the latency, marked `†` when its interval is open."""
+    return format_latency(estimate) + (OPEN_MARK if is_open(estimate) else "")
+
+
 def format_interval(estimate: ReportedEstimate, formatter: Formatter) -> str:
-    if estimate.ci_low is None or estimate.ci_high is None:
+    """`[1.10s, 1.41s]`; a side the data cannot bound reads `–` (`[76.0ms, –]`: too few
+    samples beyond a tail percentile; `[–, –]`: one trial); nothing without a value."""
+    low, high = estimate.ci_low, estimate.ci_high
+    if estimate.value is None:
         return ""
-    return f"[{formatter(estimate.ci_low)}, {formatter(estimate.ci_high)}]"
+    shown = [OPEN_BOUND if bound is None else formatter(bound) for bound in (low, high)]
+    return f"[{shown[0]}, {shown[1]}]"
 
 
 def format_latency_ci(estimate: ReportedEstimate) -> str:
@@ -128,15 +149,20 @@ def requests_line(summary: RunSummaryDocument) -> str:
 def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
+    any_open = False
     for name, metric in summary.metrics.items():
         p = metric.percentiles
+        cells = [p[k] for k in ("p50", "p90", "p95", "p99")]
+        any_open = any_open or any(is_open(e) for e in cells)
         rows.append([name, str(metric.count), format_latency(metric.mean),
-                     *(format_latency(p[k]) for k in ("p50", "p90", "p95", "p99"))])
+                     *(format_latency_marked(e) for e in cells)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(width) if i else cell.ljust(width)
                        for i, (cell, width) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if any_open:
+        lines.append(OPEN_FOOTNOTE)
     lines.append("")
     lines.append(requests_line(summary))
     if summary.slos:

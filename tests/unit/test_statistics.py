@@ -163,17 +163,30 @@ def test_percentile_ci_widens_with_autocorrelation_same_values() -> None:
 def test_percentile_tail_rule_iid() -> None:
     x = np.random.default_rng(6).lognormal(size=100)
     result = percentile_estimate(x, 99)
-    assert result.value is None and result.ci_low is None and result.ci_high is None
+    # the observed p99 is shown; its upper bound rests on ~1 sample beyond it: open
+    assert result.value == pytest.approx(np.quantile(x, 0.99))
+    assert result.ci_high is None
+    assert result.ci_low is not None and result.ci_low <= result.value
     (message,) = result.warnings
     match = re.match(r"insufficient samples for p99 \(need >= (\d+), have 100\)", message)
     assert match and int(match.group(1)) >= 500
-    assert percentile_estimate(np.random.default_rng(6).lognormal(size=1000), 99).value is not None
+    enough = percentile_estimate(np.random.default_rng(6).lognormal(size=1000), 99)
+    assert enough.ci_low is not None and enough.ci_high is not None and enough.warnings == ()
+
+
+def test_open_bounds_sit_on_the_tail_side() -> None:
+    x = np.random.default_rng(3).lognormal(size=40)
+    low_tail = percentile_estimate(x, 2)  # ~0.8 samples below p2: the lower bound is open
+    assert low_tail.value == pytest.approx(np.quantile(x, 0.02))
+    assert low_tail.ci_low is None and low_tail.ci_high is not None
+    tiny = percentile_estimate(np.array([0.3, 0.1, 0.2]), 50)  # 1.5 effective per side
+    assert tiny.value == pytest.approx(0.2) and tiny.ci_low is None and tiny.ci_high is None
 
 
 def test_percentile_tail_rule_counts_effective_samples() -> None:
     series = np.exp(ar1(1000, 0.9, seed=7))
     result = percentile_estimate(series, 99)
-    assert result.value is None
+    assert result.value == pytest.approx(np.quantile(series, 0.99)) and result.ci_high is None
     assert result.warnings[0].startswith("insufficient samples for p99 (need >= ")
     assert "effective" in result.warnings[0]
 
@@ -182,8 +195,9 @@ def test_percentile_edges() -> None:
     empty = percentile_estimate(np.array([]), 95)
     assert empty.value is None and empty.n == 0
     assert empty.warnings[0].startswith("insufficient samples for p95 (need >= 100, have 0)")
-    for extreme in (0.0, 100.0):
-        assert percentile_estimate(np.arange(1000.0), extreme).value is None
+    for extreme in (0.0, 100.0):  # the sample extreme: shown, never bounded
+        edge = percentile_estimate(np.arange(1000.0), extreme)
+        assert edge.value == extreme * 9.99 and edge.ci_low is None and edge.ci_high is None
     with pytest.raises(ValueError):
         percentile_estimate(np.arange(10.0), 101)
     with pytest.raises(ValueError):
