@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vllm_slo.scenarios.samples_format import (
+    ROW_ORDER,
     SAMPLE_SCHEMA,
     SAMPLES_DIR,
     SAMPLES_FILE,
@@ -39,7 +40,7 @@ def read_streams(paths: Iterable[Path]) -> pa.Table:
     tables = [read_stream_tolerant(path) for path in paths]
     if not tables:
         return SAMPLE_SCHEMA.empty_table()
-    return pa.concat_tables(tables).sort_by("intended_send_unix_s")
+    return pa.concat_tables(tables).sort_by(ROW_ORDER)
 
 
 def consolidate(run_dir: Path) -> pa.Table:

@@ -89,3 +89,8 @@ def read_stream_tolerant(path: Path) -> pa.Table:
     except (pa.ArrowInvalid, OSError):
         pass  # not even a schema was written
     return pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+
+# Time order of rows: intended send time, ties broken by request id, so the order (and every
+# autocorrelation estimated on it) never depends on how the per-process streams were
+# concatenated.
+ROW_ORDER = [("intended_send_unix_s", "ascending"), ("request_id", "ascending")]

@@ -29,6 +29,7 @@ from vllm_slo.reports.analysis.statistics import (
     rate_estimate,
     time_ordered,
 )
+from vllm_slo.scenarios.samples_format import ROW_ORDER
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 REPORTED_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
@@ -153,7 +154,7 @@ def pooled_gap_arrivals(offset_lists: pa.ListArray, send_unix_s: np.ndarray) -> 
 
 def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
     """Series of the `measure` rows of a samples table (any row order on input)."""
-    table = table.sort_by("intended_send_unix_s")
+    table = table.sort_by(ROW_ORDER)
     phase = np.asarray(table.column("phase").to_pylist(), dtype=object)
     ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
     measured = phase == "measure"
