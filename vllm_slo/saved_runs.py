@@ -25,7 +25,7 @@ from vllm_slo.reports.render.text import format_trials_needed
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 
-GATE_IDENTITY = ("model_id", "vllm_version", "seed", "host", "workload")
+GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +64,43 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
                          written.report_path)
 
 
+BENCH_WORKLOAD_KEYS = ("backend", "num_prompts", "request_rate", "burstiness",
+                       "max_concurrency")
+
+
 def _identity(trial: Trial) -> dict[str, Any]:
+    """What must match between a gate's two sides. The workload is the traffic settings the
+    run asked for (imported `vllm bench serve` results: the bench settings; their measured
+    duration varies run to run)."""
     provenance = trial.provenance
     host = provenance.get("host") or {}
     traffic = trial.scenario.traffic
+    bench = provenance.get("vllm_bench")
+    workload = ({key: bench.get(key) for key in BENCH_WORKLOAD_KEYS}
+                if provenance.get("source") == "vllm-bench" and isinstance(bench, dict) else
+                {"profile": traffic.profile, "duration": traffic.duration_s,
+                 "arrival": traffic.arrival.model_dump(mode="json", by_alias=True)})
     return {"model_id": provenance.get("model_id"), "vllm_version": provenance.get("vllm_version"),
-            "seed": traffic.seed, "host": {"cpu_model": host.get("cpu_model"),
-                                           "gpus": host.get("gpus")},
-            "workload": {"profile": traffic.profile, "arrival": traffic.arrival.model_dump(
-                mode="json", by_alias=True), "duration": traffic.duration_s}}
+            "host": {"cpu_model": host.get("cpu_model"), "gpus": host.get("gpus")},
+            "workload": workload}
+
+
+def gate_mismatches(candidate: Group, baseline: Group) -> list[str]:
+    """Why two sides are not comparable (empty: they are). Model, vLLM version, host and
+    workload must be one value over every trial of both sides. Seeds may differ from trial to
+    trial, but both sides must have used the same set of seeds (the same prompt sequences)."""
+    mismatches = []
+    trials = (*candidate.trials, *baseline.trials)
+    for key in GATE_IDENTITY:
+        values = {json.dumps(_identity(t)[key], sort_keys=True) for t in trials}
+        if len(values) > 1:
+            mismatches.append(f"{key} differs: {' vs '.join(sorted(values))}")
+    seeds = [sorted({t.scenario.traffic.seed for t in side.trials})
+             for side in (candidate, baseline)]
+    if seeds[0] != seeds[1]:
+        mismatches.append(f"seeds differ: candidate used {seeds[0]}, baseline {seeds[1]} "
+                          f"(each side may use several seeds, but the same set)")
+    return mismatches
 
 
 def _single_group(run_dir: Path, role: str) -> Group:
@@ -87,12 +115,7 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
                     cells: Sequence[str] | None, force: bool) -> CommandResult:
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
-    mismatches = []
-    for key in GATE_IDENTITY:
-        values = {json.dumps(_identity(t)[key], sort_keys=True)
-                  for t in (*candidate.trials, *baseline.trials)}
-        if len(values) > 1:
-            mismatches.append(f"{key} differs: {' vs '.join(sorted(values))}")
+    mismatches = gate_mismatches(candidate, baseline)
     if mismatches and not force:
         raise ScenarioError("refusing to gate runs that are not comparable (use --force to "
                             "gate anyway):\n  " + "\n  ".join(mismatches))

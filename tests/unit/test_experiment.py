@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.synthetic import write_synthetic_experiment as experiment
 from vllm_slo.experiment_runner import trial_order
@@ -76,10 +77,33 @@ def test_gate_pass_fail_and_refusal(tmp_path: Path) -> None:
     assert failed.exit_code == ExitCode.SLO_FAILED, failed.text
     other_seed = experiment(tmp_path / "seed", {"x": 0.05}, trials=5, noise=0.01,
                                   seed=7, traffic_seed=99)
-    with pytest.raises(ScenarioError, match="seed differs"):
+    with pytest.raises(ScenarioError, match=r"seeds differ: candidate used \[99\], baseline \[7\]"):
         gate_saved_runs(other_seed, base, 0.10, ["ttft.p50"], force=False)
     forced = gate_saved_runs(other_seed, base, 0.10, ["ttft.p50"], force=True)
-    assert "warning (--force): seed differs" in forced.text
+    assert "warning (--force): seeds differ" in forced.text
+
+
+def _set_trial_seeds(run_dir: Path, seeds: list[int]) -> None:
+    """Give the trials of an experiment folder these traffic seeds, in folder order."""
+    folders = sorted((run_dir / "trials").iterdir())
+    assert len(folders) == len(seeds)
+    for folder, seed in zip(folders, seeds, strict=True):
+        document = yaml.safe_load((folder / "scenario.yaml").read_text())
+        document["traffic"]["seed"] = seed
+        (folder / "scenario.yaml").write_text(yaml.safe_dump(document))
+
+
+def test_gate_accepts_per_trial_seeds_when_both_sides_used_the_same_set(tmp_path: Path
+                                                                         ) -> None:
+    base = experiment(tmp_path / "base", {"x": 0.05}, trials=4, noise=0.01, seed=4)
+    same = experiment(tmp_path / "same", {"x": 0.05}, trials=4, noise=0.01, seed=5)
+    _set_trial_seeds(base, [1, 2, 3, 4])
+    _set_trial_seeds(same, [4, 3, 2, 1])
+    assert gate_saved_runs(same, base, 0.10, ["ttft.p50"], force=False).exit_code == \
+        ExitCode.PASS
+    _set_trial_seeds(same, [1, 2, 3, 5])
+    with pytest.raises(ScenarioError, match=r"candidate used \[1, 2, 3, 5\], baseline \[1, 2"):
+        gate_saved_runs(same, base, 0.10, ["ttft.p50"], force=False)
 
 
 def test_experiment_and_comparison_summaries_follow_their_schema(tmp_path: Path) -> None:
