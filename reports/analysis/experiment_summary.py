@@ -26,10 +26,10 @@ from vllm_slo.reports.analysis.comparison import (
     reachability_warning,
 )
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
-from vllm_slo.reports.analysis.statistics import rate_estimate, slo_verdict
+from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import ReportedEstimate, SloEntry
 from vllm_slo.reports.analysis.trial_folders import Trial, cell_value
-from vllm_slo.reports.analysis.verdicts import choose_exit_code
+from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
@@ -234,24 +234,42 @@ class ExperimentSummary:
 
 
 def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> SloEntry:
-    """k >= 2 valid trials: the CI across trials of the per-trial statistic (error rate: exact
-    bounds on the pooled counts). One trial: that trial's own verdict."""
+    """k >= 2 valid trials: decided between trials (scope `between-trials`) from the interval
+    across the per-trial statistics; for the error rate, the wider of that interval and the
+    exact bounds on the pooled counts (identical per-trial rates, e.g. all zero, still leave
+    the counts' uncertainty). One trial: that trial's own verdict (`within-instance`)."""
     valid = [t for t in group.trials if t.valid]
     if len(valid) == 1:
         own = next(s for s in valid[0].outcome.slos
                    if s.rule.metric == rule.metric and s.rule.text == rule.text)
-        return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}")
+        return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}",
+                        VerdictScope.WITHIN_INSTANCE)
+    cell = f"{rule.metric}.{rule.statistic}" if rule.metric != "error_rate" else "error_rate.mean"
+    estimate = center_estimate(group, cell, confidence)
+    basis = (f"{estimate.n} trials' {rule.statistic if rule.metric != 'error_rate' else 'rate'}"
+             f" ({estimate.method}: geometric mean, t interval on logs, when all are > 0)")
     if rule.metric == "error_rate":
         failed = sum(t.series.failed for t in valid)
         requests = sum(t.series.requests for t in valid)
-        estimate = rate_estimate(failed, requests, confidence)
-        basis = f"{failed} of {requests} requests failed over {len(valid)} trials (exact bounds)"
-    else:
-        estimate = center_estimate(group, f"{rule.metric}.{rule.statistic}", confidence)
-        basis = (f"mean of {estimate.n} trials' {rule.statistic} with a t interval across "
-                 f"trials")
+        pooled = rate_estimate(failed, requests, confidence)
+        estimate = _wider(pooled, estimate)
+        basis = (f"{failed} of {requests} requests failed over {len(valid)} trials: the wider "
+                 f"of the exact bounds on the pooled counts and the interval across trials")
     return SloEntry(rule, ReportedEstimate.of(estimate),
-                    slo_verdict(estimate, rule.comparator, rule.threshold), basis)
+                    slo_verdict(estimate, rule.comparator, rule.threshold), basis,
+                    VerdictScope.BETWEEN_TRIALS)
+
+
+def _wider(first: Estimate, second: Estimate) -> Estimate:
+    """`first`'s value with the union of both intervals (an open side stays open)."""
+    if first.ci_low is None or first.ci_high is None:
+        return first
+    if second.value is None or second.ci_low is None or second.ci_high is None:
+        return dataclasses.replace(first, warnings=(*first.warnings, *second.warnings))
+    return dataclasses.replace(first, ci_low=min(first.ci_low, second.ci_low),
+                               ci_high=max(first.ci_high, second.ci_high),
+                               method=f"{first.method}+{second.method}",
+                               warnings=(*first.warnings, *second.warnings))
 
 
 def pooled_series(trials: Sequence[Trial]) -> RunSeries:

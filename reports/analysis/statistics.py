@@ -309,7 +309,10 @@ def across_trials_estimate(per_trial_values: np.ndarray, confidence: float = 0.9
       with a t interval on the raw values.
 
     Non-finite values are dropped with a warning. k = 1 gives the value with no interval and a
-    warning; k = 0 gives ``value=None``.
+    warning; k = 0 gives ``value=None``. k >= 2 identical values give the value with no
+    interval and a warning: zero spread between trials (e.g. an open loop's throughput, set by
+    the offered load) is not evidence of zero uncertainty, and a point interval would make
+    every verdict on it decisive.
     """
     check_confidence(confidence)
     x, warnings = drop_nonfinite(per_trial_values, "per_trial_values")
@@ -326,8 +329,12 @@ def across_trials_estimate(per_trial_values: np.ndarray, confidence: float = 0.9
         return Estimate(float(x[0]), None, None, confidence, 1, 1.0, method,
                         (*warnings, "a single trial has no confidence interval "
                                     "(need >= 2 trials, have 1)"))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * float(
-        scale.std(ddof=1)) / math.sqrt(k)
+    spread = float(scale.std(ddof=1))
+    if spread == 0.0:
+        return Estimate(value, None, None, confidence, k, float(k), method,
+                        (*warnings, f"all {k} trials gave the same value: no between-trial "
+                                    "spread to build an interval from"))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * spread / math.sqrt(k)
     if log_scale:
         low, high = math.exp(center - half), math.exp(center + half)
     else:

@@ -14,7 +14,7 @@ import numpy as np
 
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
-from vllm_slo.reports.analysis.verdicts import SloResult
+from vllm_slo.reports.analysis.verdicts import SloResult, VerdictScope
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.model import OPEN_LOOP_KINDS, Scenario
 from vllm_slo.scenarios.slo import SloRule
@@ -68,25 +68,28 @@ class SloEntry:
     observed: ReportedEstimate
     verdict: Verdict
     basis: str
+    scope: VerdictScope = VerdictScope.WITHIN_INSTANCE
 
     @classmethod
-    def of(cls, result: SloResult) -> SloEntry:
+    def of(cls, result: SloResult,
+           scope: VerdictScope = VerdictScope.WITHIN_INSTANCE) -> SloEntry:
         return cls(result.rule, ReportedEstimate.of(result.observed), result.verdict,
-                   result.basis)
+                   result.basis, scope)
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> SloEntry:
         rule = SloRule(data["metric"], data["statistic"], data["comparator"],
                        float(data["threshold"]), data["text"])
         return cls(rule, ReportedEstimate.from_json_dict(data["observed"]),
-                   Verdict(data["verdict"]), data["basis"])
+                   Verdict(data["verdict"]), data["basis"],
+                   VerdictScope(data.get("scope", VerdictScope.WITHIN_INSTANCE.value)))
 
     def to_json_dict(self) -> dict[str, Any]:
         rule = self.rule
         return {"metric": rule.metric, "statistic": rule.statistic,
                 "comparator": rule.comparator, "threshold": rule.threshold, "text": rule.text,
                 "observed": self.observed.to_json_dict(), "verdict": self.verdict.value,
-                "basis": self.basis}
+                "basis": self.basis, "scope": self.scope.value}
 
 
 def percentile_key(percentile: float) -> str:
@@ -242,6 +245,8 @@ class RunSummaryDocument:
             "traffic": self.traffic.to_json_dict(),
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
             "slos": [slo.to_json_dict() for slo in self.slos],
+            "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
+                              "note": VerdictScope.WITHIN_INSTANCE.note},
             "exit_code": self.exit_code,
             "invalid_reasons": list(self.invalid_reasons),
             "warnings": list(self.warnings),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 import numpy as np
@@ -24,6 +25,25 @@ from vllm_slo.reports.analysis.statistics import (
 )
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.slo import SloRule
+
+
+class VerdictScope(str, Enum):
+    """Which variation a verdict's interval covers (docs/statistics.md "Which variation a
+    verdict covers"). One run sees one server instance: its intervals cover request-to-request
+    variation only, and a restart moved median TTFT by 41% on an H200 — so a single-run verdict
+    is not a release-grade decision. With >= 2 trials (each a fresh instance) the interval is
+    across trials and covers restart-to-restart variation."""
+
+    WITHIN_INSTANCE = "within-instance"
+    BETWEEN_TRIALS = "between-trials"
+
+    @property
+    def note(self) -> str:
+        if self is VerdictScope.WITHIN_INSTANCE:
+            return ("verdicts within one server instance: restart-to-restart variation not "
+                    "included (use trials >= 2; `vllm-slo plan RUN` says how many)")
+        return ("verdicts between trials: each trial a fresh server instance, so the "
+                "intervals include restart-to-restart variation")
 
 
 @dataclass(frozen=True, slots=True)

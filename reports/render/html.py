@@ -56,6 +56,7 @@ from vllm_slo.reports.render.text import (
     format_rate,
     format_threshold,
     outcome,
+    scope_note,
     slo_name,
     verdict_counts,
 )
@@ -135,6 +136,7 @@ class ReportView:
     outcome_class: str
     verdict_summary: str
     slo_rows: list[SloRow]
+    verdict_scope: str  # which variation the verdicts cover
     summary_columns: list[str]
     metric_rows: list[MetricRow]
     totals: list[tuple[str, str]]
@@ -335,7 +337,8 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         title=f"vllm-slo · {summary.scenario_name}", run_id=summary.run_id,
         description=summary.description, outcome=verdict,
         outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary.slos),
-        slo_rows=slo_rows(summary.slos), summary_columns=list(SUMMARY_COLUMNS),
+        slo_rows=slo_rows(summary.slos), verdict_scope=scope_note(summary.slos),
+        summary_columns=list(SUMMARY_COLUMNS),
         metric_rows=metric_rows(summary), totals=totals(summary),
         distribution_figures=distribution_figures, time_figures=time_figures, server=server,
         health=health_view,

@@ -67,8 +67,10 @@ def render_junit(summary: RunSummaryDocument) -> str:
     for slo in summary.slos:
         case = _sub(suite, "testcase", classname=suite_name, name=slo_label(slo), time="0")
         counts["tests"] += 1
-        comparison = f"observed {format_observed(slo)} vs threshold {format_threshold(slo)}"
-        details = "\n".join([slo.basis, *slo.observed.warnings])
+        comparison = (f"observed {format_observed(slo)} vs threshold {format_threshold(slo)} "
+                      f"({slo.scope.value})")
+        _sub(_sub(case, "properties"), "property", name="verdict_scope", value=slo.scope.value)
+        details = "\n".join([slo.basis, slo.scope.note, *slo.observed.warnings])
         verdict = slo.verdict.value
         if invalid:
             _sub(case, "error", details,

@@ -23,6 +23,7 @@ from vllm_slo.reports.render.text import (
     is_open,
     outcome,
     requests_line,
+    scope_note,
     slo_name,
     verdict_counts,
 )
@@ -64,7 +65,7 @@ def render_markdown(summary: RunSummaryDocument) -> str:
             shown = f"**{name}**" if name != "PASS" else name
             lines.append(_row([shown, cell(slo_name(slo)), cell(format_threshold(slo)),
                                cell(format_observed(slo))]))
-        lines.append("")
+        lines += ["", cell(scope_note(summary.slos)), ""]
     lines.append(_row(["metric", "count", "mean", "p50", "p95", "p99"]))
     lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
     any_open = False

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.reports.analysis.trial_statistics import MAX_TRIALS_PER_VARIANT
+from vllm_slo.reports.analysis.verdicts import VerdictScope
 from vllm_slo.scenarios.units import format_duration_s
 
 OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
@@ -126,6 +127,12 @@ def slo_label(slo: SloEntry) -> str:
     return slo.rule.label
 
 
+def scope_note(slos: Sequence[SloEntry]) -> str:
+    """Which variation the verdicts cover (every SLO of one document shares one scope)."""
+    scopes = {slo.scope for slo in slos} or {VerdictScope.WITHIN_INSTANCE}
+    return "; ".join(scope.note for scope in sorted(scopes))
+
+
 def verdict_counts(slos: Sequence[SloEntry]) -> str:
     """`4 SLOs: 2 PASS, 1 FAIL, 1 INCONCLUSIVE` (verdicts that occur, in that order)."""
     if not slos:
@@ -171,6 +178,7 @@ def render_table(summary: RunSummaryDocument) -> str:
         for slo in summary.slos:
             lines.append(f"{slo.verdict.value:<12} {slo_label(slo):<{width}}  "
                          f"observed {format_observed(slo)}")
+        lines.append(f"({scope_note(summary.slos)})")
     for reason in summary.invalid_reasons:
         lines.append(f"INVALID      {reason}")
     for warning in summary.warnings:

@@ -98,8 +98,11 @@ def test_junit_one_testcase_per_slo_with_observed_vs_threshold(rendered) -> None
     assert "vs threshold < 20.0ms" in failure.get("message", "")
     skipped = by_name["e2e p99.9 < 1h"].find("skipped")
     assert skipped is not None and skipped.get("message", "").startswith("INCONCLUSIVE: ")
-    passed = by_name["ttft p95 < 500ms"]
-    assert list(passed) == []
+    passed = by_name["ttft p95 < 500ms"]  # a pass: only the scope property, no outcome element
+    assert [child.tag for child in passed] == ["properties"]
+    assert {p.get("name"): p.get("value") for p in passed.iter("property")} == {
+        "verdict_scope": "within-instance"}
+    assert "restart-to-restart variation not included" in failure.text
     counts = {k: int(suite.get(k, "-1")) for k in ("tests", "failures", "errors", "skipped")}
     verdicts = [s["verdict"] for s in slos]
     assert counts == {"tests": len(slos) + 1, "failures": verdicts.count("FAIL"), "errors": 0,

@@ -364,12 +364,13 @@ def test_across_trials_estimate_falls_back_to_raw_scale_for_zeros() -> None:
     negative = across_trials_estimate(np.array([-1.0, 1.0]))
     assert (negative.method, negative.value) == ("t-across-trials", 0.0)
     zeros = across_trials_estimate(np.zeros(3))
-    assert (zeros.value, zeros.ci_low, zeros.ci_high) == (0.0, 0.0, 0.0)
+    assert (zeros.value, zeros.ci_low, zeros.ci_high) == (0.0, None, None)  # no spread
 
 
 def test_across_trials_estimate_edges() -> None:
     constant = across_trials_estimate(np.full(3, 0.25))
-    assert (constant.value, constant.ci_low, constant.ci_high) == pytest.approx((0.25,) * 3)
+    assert constant.value == pytest.approx(0.25)
+    assert (constant.ci_low, constant.ci_high) == (None, None)  # no spread: no point interval
     single = across_trials_estimate(np.array([1.5]))
     assert (single.value, single.ci_low, single.ci_high) == (1.5, None, None)
     assert single.method == "t-log-across-trials"
@@ -621,3 +622,15 @@ def test_trials_needed_monotone_and_capped() -> None:
         .trials_per_variant
     with pytest.raises(ValueError):
         trials_needed(-0.1, 0.1)
+
+
+def test_identical_trials_give_no_point_interval() -> None:
+    """Zero spread across trials is no evidence of zero uncertainty: no interval, a warning,
+    and an SLO on it stays undecided."""
+    result = across_trials_estimate(np.array([250.0, 250.0, 250.0]))
+    assert result.value == pytest.approx(250.0)
+    assert result.ci_low is None and result.ci_high is None
+    assert "same value" in result.warnings[-1]
+    assert slo_verdict(result, ">", 100.0) is Verdict.INCONCLUSIVE
+    zeros = across_trials_estimate(np.zeros(4))  # error rates: the raw scale, same rule
+    assert zeros.value == 0.0 and zeros.ci_high is None
