@@ -68,3 +68,27 @@ def test_report_and_text(experiment, tmp_path: Path) -> None:
     assert "vs base" in experiment.output and "~" in experiment.output
     rerendered = run_cli(["report", str(experiment.run_dir)], tmp_path)
     assert rerendered.returncode == 0, rerendered.output
+
+
+def test_verdicts_rest_on_the_between_trial_distribution(experiment) -> None:
+    """The A/A arms ran on 2 × 5 fresh vLLM instances: each trial's own verdict covers its
+    instance only (within-instance), while the experiment's verdict is decided from the
+    per-trial values (between-trials): their geometric mean with a t interval on the logs."""
+    import math
+
+    summary = experiment.json("summary.json")
+    for name in ("base", "again"):
+        variant = summary["variants"][name]
+        (slo,) = variant["slos"]
+        assert slo["scope"] == "between-trials", slo
+        values = [t["cells"]["ttft.p50"] for t in variant["trials"]]
+        assert len(values) == TRIALS and all(v > 0 for v in values)
+        geometric_mean = math.exp(sum(math.log(v) for v in values) / len(values))
+        observed = slo["observed"]
+        assert observed["method"] == "t-log-across-trials"
+        assert observed["value"] == pytest.approx(geometric_mean, rel=1e-9)
+        assert 0 < observed["ci_low"] < geometric_mean < observed["ci_high"]
+    for folder in sorted((experiment.run_dir / "trials").iterdir()):
+        trial = json.loads((folder / "summary.json").read_text())
+        assert {s["scope"] for s in trial["slos"]} == {"within-instance"}
+        assert "restart-to-restart variation not included" in trial["verdict_scope"]["note"]
