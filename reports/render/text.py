@@ -59,11 +59,6 @@ def format_interval(estimate: ReportedEstimate, formatter: Formatter) -> str:
     return f"[{shown[0]}, {shown[1]}]"
 
 
-def format_latency_ci(estimate: ReportedEstimate) -> str:
-    """`1.23s [1.10s, 1.41s]`, or `n/a` when the estimate has no value."""
-    return f"{format_latency(estimate)} {format_interval(estimate, format_duration_s)}".strip()
-
-
 def _percent(value: float) -> str:
     return f"{value * 100:.2f}%"
 
