@@ -139,7 +139,7 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
         say("\n".join(shipped_scenarios()))
         return ExitCode.PASS
     if options.command == "import":
-        from vllm_slo.import_vllm_bench import import_vllm_bench
+        from vllm_slo.vllm_bench.command import import_vllm_bench
 
         result = import_vllm_bench(options.files, options.out, options.label, options.variant,
                                    options.slo_from, options.latency_from, options.runs_dir)

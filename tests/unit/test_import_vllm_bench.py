@@ -31,18 +31,18 @@ import pytest
 import yaml
 
 from vllm_slo import cli
-from vllm_slo.import_vllm_bench import (
+from vllm_slo.reports.analysis.trial_folders import collect_trials, is_experiment, trial_folders
+from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_saved_run
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.loader import load_scenario
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.vllm_bench.command import (
     BenchRecord,
     build_rows,
     import_vllm_bench,
     parse_record,
     read_records,
 )
-from vllm_slo.reports.analysis.trial_folders import collect_trials, is_experiment, trial_folders
-from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_saved_run
-from vllm_slo.scenarios.errors import ExitCode
-from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import Scenario
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm_bench"
 CHAT1 = DATA / "chat-rate8-trial1.json"
