@@ -36,13 +36,9 @@ from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.vllm_bench.command import (
-    BenchRecord,
-    build_rows,
-    import_vllm_bench,
-    parse_record,
-    read_records,
-)
+from vllm_slo.vllm_bench.command import import_vllm_bench
+from vllm_slo.vllm_bench.records import BenchRecord, parse_record, read_records
+from vllm_slo.vllm_bench.rows import build_rows
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm_bench"
 CHAT1 = DATA / "chat-rate8-trial1.json"
