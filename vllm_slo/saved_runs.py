@@ -10,7 +10,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import Group, gate, plan_trials
+from vllm_slo.reports.analysis.comparison import (
+    Group,
+    center_estimate,
+    format_estimate,
+    gate,
+    plan_trials,
+    trial_values_text,
+)
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
 from vllm_slo.reports.analysis.trial_folders import (
@@ -172,4 +179,9 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float) -> str:
         lines.append(f"  {item.cell:<24} trial CV {plan.cv:6.1%} -> "
                      f"{format_trials_needed(plan.trials_per_variant)}")
         lines += [f"    note: {w}" for w in plan.warnings]
+        for group in groups:  # what the variation was measured from
+            center = center_estimate(group, item.cell)
+            shown = format_estimate(item.cell, center.value, center.ci_low, center.ci_high)
+            values = [float(v) for v in group.values(item.cell)]
+            lines.append(f"    {group.label}: {shown} {trial_values_text(item.cell, values)}")
     return "\n".join(lines)

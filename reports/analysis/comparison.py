@@ -17,9 +17,10 @@ from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
     NonInferiority,
     TrialPlan,
+    below_alpha,
     compare_trials,
-    min_p_value_mann_whitney,
     non_inferiority,
+    smallest_adjusted_p,
     trials_needed,
     with_holm,
 )
@@ -113,22 +114,42 @@ def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, al
 
 def min_trials_for_family(cells: int, alpha: float) -> int:
     """Fewest trials per side for which the smallest Holm-adjusted p can be below alpha."""
-    return next(k for k in range(2, 1000) if cells * min_p_value_mann_whitney(k, k) < alpha)
+    return next(k for k in range(2, 1000)
+                if below_alpha(smallest_adjusted_p(k, k, cells), alpha))
 
 
-def reachability_warning(trials_per_side: int, cells: int, alpha: float) -> str | None:
-    """Can a comparison with this many trials per side ever be significant after Holm?"""
-    smallest = min(1.0, cells * min_p_value_mann_whitney(trials_per_side, trials_per_side))
-    if smallest < alpha:
+def reachability_warning(n_a: int, n_b: int, cells: int, alpha: float) -> str | None:
+    """Can a comparison of n_a against n_b trials ever be significant after Holm over `cells`?
+    The smallest possible Holm-adjusted p is `smallest_adjusted_p`, the number the cells'
+    footnotes quote too (`with_holm`)."""
+    smallest = smallest_adjusted_p(n_a, n_b, cells)
+    if below_alpha(smallest, alpha):
         return None
     needed = min_trials_for_family(cells, alpha)
-    return (f"{trials_per_side} trial(s) per side over {cells} compared cells can never reach "
-            f"p<{alpha:g} (smallest possible Holm-adjusted p {smallest:.3g}); "
-            f"use trials >= {needed}")
+    counts = f"{n_a} trial(s) per side" if n_a == n_b else f"{n_a} vs {n_b} trials"
+    return (f"{counts} over {cells} compared cell(s) can never reach p<{alpha:g} (smallest "
+            f"possible Holm-adjusted p={smallest:.2g}); use trials >= {needed} per side")
+
+
+def family_reachability_warnings(family: Sequence[CellComparison]) -> list[str]:
+    """One `reachability_warning` per distinct pair of trial counts among a pair's cells."""
+    compared = [item.comparison for item in family if item.comparison.p_value is not None]
+    counts = dict.fromkeys((c.n_a, c.n_b) for c in compared)
+    warnings = []
+    for n_a, n_b in counts:
+        warning = reachability_warning(n_a, n_b, len(compared), compared[0].alpha)
+        if warning:
+            warnings.append(f"{family[0].candidate} vs {family[0].baseline}: {warning}")
+    return warnings
 
 
 # ------------------------------------------------------------------------------------------
 # text
+
+#: A change is shown in percent when its value and both bounds lie within these ratios
+#: (-50% .. +100%), otherwise as ratios (x45.7): "+4400%" reads worse than "x45.0".
+PERCENT_RATIO_RANGE = (0.5, 2.0)
+MAX_LISTED_TRIALS = 12
 
 
 def format_cell_value(cell: str, value: float | None) -> str:
@@ -143,35 +164,146 @@ def format_cell_value(cell: str, value: float | None) -> str:
     return format_duration_s(value)
 
 
+def format_level(confidence: float) -> str:
+    """0.95 -> "95%", 0.991667 -> "99.2%"."""
+    return f"{confidence * 100:.3g}%"
+
+
+def format_estimate(cell: str, value: float | None, low: float | None, high: float | None
+                    ) -> str:
+    """`2.31s [1.90s, 2.80s]`; the value alone without an interval; `n/a` without a value."""
+    text = format_cell_value(cell, value)
+    if value is not None and low is not None and high is not None:
+        text += f" [{format_cell_value(cell, low)}, {format_cell_value(cell, high)}]"
+    return text
+
+
+def trial_values_text(cell: str, values: Sequence[float]) -> str:
+    """`from trials 2.10s 2.50s` (each trial's value, in trial order); beyond
+    MAX_LISTED_TRIALS: `from 30 trials: 2.10s .. 2.90s, median 2.40s`."""
+    if not values:
+        return "from no trial"
+    if len(values) <= MAX_LISTED_TRIALS:
+        shown = " ".join(format_cell_value(cell, v) for v in values)
+        return f"from trial{'s' if len(values) != 1 else ''} {shown}"
+    return (f"from {len(values)} trials: {format_cell_value(cell, min(values))} .. "
+            f"{format_cell_value(cell, max(values))}, median "
+            f"{format_cell_value(cell, float(np.median(values)))}")
+
+
+def _times(ratio: float) -> str:
+    if ratio >= 100:
+        return f"×{ratio:.0f}"
+    if ratio >= 10:
+        return f"×{ratio:.1f}"
+    if ratio >= 0.1:
+        return f"×{ratio:.2f}"
+    return f"×{ratio:.2g}"
+
+
+def _percent(ratio: float) -> str:
+    change = (ratio - 1.0) * 100
+    return f"{0.0 if abs(change) < 0.05 else change:+.1f}%"  # never "-0.0%"
+
+
+def format_ratio(value: float, low: float | None, high: float | None) -> str:
+    """`+4.1% [-9.0%, +18.7%]` when every number lies in PERCENT_RATIO_RANGE, else
+    `×45.7 [×34.9, ×60.0]` (one style per change, never mixed)."""
+    numbers = [v for v in (value, low, high) if v is not None]
+    lowest, highest = PERCENT_RATIO_RANGE
+    show = _percent if all(lowest <= v <= highest for v in numbers) else _times
+    text = show(value)
+    if low is not None and high is not None:
+        text += f" [{show(low)}, {show(high)}]"
+    return text
+
+
+def _signed(cell: str, value: float) -> str:
+    if cell.startswith("error_rate"):
+        return f"{value * 100:+.2f}pp"
+    return ("-" if value < 0 else "+") + format_cell_value(cell, abs(value))
+
+
+def format_shift(cell: str, value: float, low: float | None, high: float | None) -> str:
+    """A difference in the cell's unit (used where a ratio does not exist: values <= 0)."""
+    text = _signed(cell, value)
+    if low is not None and high is not None:
+        text += f" [{_signed(cell, low)}, {_signed(cell, high)}]"
+    return text
+
+
+def format_change_interval(cell: str, result: Comparison) -> str:
+    """The change and the interval `format_change` shows, without verdict marks: `+4.1%
+    [-9.0%, +18.7%]`, `×45.7 [×34.9, ×60.0]`; the value alone where no interval exists."""
+    estimate, interval = _shown(result)
+    if estimate.value is None:
+        return "n/a"
+    low = interval.ci_low if interval is not None else None
+    high = interval.ci_high if interval is not None else None
+    if result.ratio.value is not None:
+        return format_ratio(estimate.value, low, high)
+    return format_shift(cell, estimate.value, low, high)
+
+
+def _shown(result: Comparison) -> tuple[Estimate, Estimate | None]:
+    """The estimate shown (ratio; the shift where values <= 0 allow no ratio) and the interval
+    shown with it: at the test's level when testable, else the widest the trials allow."""
+    use_ratio = result.ratio.value is not None
+    estimate = result.ratio if use_ratio else result.shift
+    widest = result.ratio_range if use_ratio else result.shift_range
+    return estimate, (estimate if result.testable else widest)
+
+
+def format_change(cell: str, result: Comparison) -> str:
+    """One compared cell, benchstat style, always with the estimate and its interval:
+
+    * significant: `+45.2% [+20.1%, +80.3%] (98.3% CI, p=0.024 n=5+5)`;
+    * not significant: `~ +4.1% [-9.0%, +18.7%] (99.2% CI, p=1 n=5+5)`;
+    * not testable (these trial counts can never be significant in this family):
+      `×45.7 [×34.9, ×60.0], not testable with 5+2 trials (90.5% CI, p=0.57)`, the widest
+      interval the trials allow (all pairwise ratios) at its own, lower, level.
+
+    The interval of a testable cell is at the Holm-consistent level it names, so it excludes
+    0% (×1) exactly when the cell is significant. Ratio candidate/baseline (Hodges-Lehmann on
+    logs); the shift in the cell's unit where values <= 0 allow no ratio (error rates of 0)."""
+    counts = f"n={result.n_a}+{result.n_b}"
+    if result.p_adjusted is None:
+        return f"? ({counts})"
+    body = format_change_interval(cell, result)
+    _, interval = _shown(result)
+    level = ""
+    if interval is not None and interval.ci_low is not None:
+        level = f"{format_level(interval.confidence)} CI, "
+    p = f"p={result.p_adjusted:.2g}"
+    if not result.testable:
+        return (f"{body}, not testable with {result.n_a}+{result.n_b} trials "
+                f"({level}{p})")
+    return f"{'' if result.significant else '~ '}{body} ({level}{p} {counts})"
+
+
 def center_text(group: Group, cell: str) -> str:
     estimate = center_estimate(group, cell)
     if estimate.value is None:
         return "n/a"
     text = format_cell_value(cell, estimate.value)
-    if estimate.ci_high is not None and estimate.value:
+    if estimate.ci_high is not None and estimate.ci_low is not None and estimate.value:
         half = (estimate.ci_high - estimate.ci_low) / 2 / abs(estimate.value) * 100
         text += f" ±{half:.0f}%"
     return text
 
 
-def delta_text(result: Comparison) -> str:
-    counts = f"n={result.n_a}+{result.n_b}"
-    if result.p_adjusted is None:
-        return f"? ({counts})"
-    p = f"p={result.p_adjusted:.3f}"
-    ratio = result.ratio
-    if not result.significant or ratio.value is None:
-        return f"~ ({p} {counts})"
-    text = f"{(ratio.value - 1) * 100:+.1f}%"
-    if ratio.ci_low is not None and ratio.ci_high is not None:
-        text += f" [{(ratio.ci_low - 1) * 100:+.1f}%, {(ratio.ci_high - 1) * 100:+.1f}%]"
-    return f"{text} ({p} {counts})"
+TABLE_LEGEND = (
+    "change = candidate/baseline (Hodges-Lehmann on per-trial values) [interval] at the level "
+    "shown, Holm-consistent:",
+    "it excludes 0% exactly when the change is significant; ~ not significant; not testable: "
+    "too few trials ever to be significant (the widest interval they allow, at its own level)")
 
 
 def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellComparison, ...]],
                     cells: Sequence[str]) -> str:
-    """benchstat's layout: center ±CI% per group; delta with its CI, or `~` when not
-    significant after Holm; (p=… n=…); footnoted warnings."""
+    """benchstat's layout: center ±CI% per group; the change with its interval for every
+    cell (`~` when not significant after Holm, `not testable` when it never can be);
+    (p=… n=…); a legend and footnoted warnings."""
     baseline = groups[0]
     header = ["cell", baseline.label]
     for candidate in groups[1:]:
@@ -187,11 +319,12 @@ def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellCompar
                 if warning not in notes:
                     notes.append(warning)
                 marks += f"[{notes.index(warning) + 1}]"
-            row += [center_text(candidate, cell), delta_text(comparison) + marks]
+            row += [center_text(candidate, cell), format_change(cell, comparison) + marks]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += TABLE_LEGEND
     lines += [f"[{i}] {note}" for i, note in enumerate(notes, start=1)]
     return "\n".join(lines)

@@ -22,8 +22,10 @@ from vllm_slo.reports.analysis.comparison import (
     benchstat_table,
     center_estimate,
     compare_groups,
+    family_reachability_warnings,
+    format_change,
+    format_change_interval,
     plan_trials,
-    reachability_warning,
 )
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
@@ -35,13 +37,17 @@ from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.slo import SloRule
 
-EXPERIMENT_SCHEMA_VERSION = 1
+EXPERIMENT_SCHEMA_VERSION = 2  # 2: comparison intervals at the Holm-consistent level
 PROVENANCE_KEYS = ("model_id", "vllm_version", "platform", "seed", "max_model_len")
 Kind = Literal["experiment", "comparison"]
 
 
 def _number(value: float | None) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _optional(estimate: Estimate | None) -> ReportedEstimate | None:
+    return None if estimate is None else ReportedEstimate.of(estimate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,9 @@ class VariantEntry:
 
     label: str
     trials: tuple[TrialEntry, ...]
-    cells: Mapping[str, ReportedEstimate]  # mean across valid trials with a t interval
+    # per cell (compared cells, then SLO cells): the trial-level estimate across valid trials,
+    # geometric mean with a t interval on logs (t-log-across-trials; raw t when a value <= 0)
+    cells: Mapping[str, ReportedEstimate]
     slos: tuple[SloEntry, ...]
     server_args: Mapping[str, Any] | None = None  # experiment only: its `vllm serve` args
 
@@ -85,6 +93,7 @@ class VariantEntry:
             "trials": [trial.to_json_dict() for trial in self.trials],
             "valid_trials": self.valid_trials,
             "cells": {cell: estimate.to_json_dict() for cell, estimate in self.cells.items()},
+            "trial_values": {cell: self.values(cell) for cell in self.cells},
             "slos": [slo.to_json_dict() for slo in self.slos],
         }
         if self.server_args is not None:
@@ -105,8 +114,21 @@ class CellComparisonEntry:
     p_adjusted: float | None  # Holm over the pair's cells
     significant: bool
     alpha: float
-    shift: ReportedEstimate  # Hodges-Lehmann, candidate - baseline
-    ratio: ReportedEstimate  # Hodges-Lehmann on logarithms, candidate / baseline
+    testable: bool  # False: these trial counts can never be significant in this family
+    family_size: int  # cells in the pair's Holm family
+    holm_factor: int  # the intervals are at 1 - alpha / holm_factor
+    interval_confidence: float
+    # Hodges-Lehmann, candidate - baseline / candidate / baseline (on logarithms), intervals at
+    # interval_confidence: they exclude 0 / 1 exactly when `significant` (ties: see warnings)
+    shift: ReportedEstimate
+    ratio: ReportedEstimate
+    # not testable only: the widest interval the trial counts allow (every pairwise
+    # difference / ratio), at its own lower level; descriptive, never a verdict
+    shift_range: ReportedEstimate | None
+    ratio_range: ReportedEstimate | None
+    interval_agrees: bool  # False only with ties among per-trial values
+    change: str  # the change and the interval shown: "+4.1% [-9.0%, +18.7%]"
+    display: str  # the table's cell: "~ +4.1% [-9.0%, +18.7%] (99.2% CI, p=1 n=5+5)"
     warnings: tuple[str, ...]
 
     @classmethod
@@ -115,7 +137,12 @@ class CellComparisonEntry:
         return cls(item.cell, item.baseline, item.candidate, int(result.n_a), int(result.n_b),
                    _number(result.center_a), _number(result.center_b), _number(result.p_value),
                    _number(result.p_adjusted), bool(result.significant), float(result.alpha),
+                   bool(result.testable), int(result.family_size), int(result.holm_factor),
+                   float(result.interval_confidence),
                    ReportedEstimate.of(result.shift), ReportedEstimate.of(result.ratio),
+                   _optional(result.shift_range), _optional(result.ratio_range),
+                   bool(result.interval_agrees), format_change_interval(item.cell, result),
+                   format_change(item.cell, result),
                    tuple(result.warnings))
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -124,8 +151,14 @@ class CellComparisonEntry:
             "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
             "center_baseline": self.center_baseline, "center_candidate": self.center_candidate,
             "p_value": self.p_value, "p_adjusted": self.p_adjusted,
-            "significant": self.significant, "alpha": self.alpha,
+            "significant": self.significant, "alpha": self.alpha, "testable": self.testable,
+            "family_size": self.family_size, "holm_factor": self.holm_factor,
+            "interval_confidence": self.interval_confidence,
             "shift": self.shift.to_json_dict(), "ratio": self.ratio.to_json_dict(),
+            "shift_range": None if self.shift_range is None else self.shift_range.to_json_dict(),
+            "ratio_range": None if self.ratio_range is None else self.ratio_range.to_json_dict(),
+            "interval_agrees": self.interval_agrees, "change": self.change,
+            "display": self.display,
             "warnings": list(self.warnings),
         }
 
@@ -246,8 +279,10 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
                         VerdictScope.WITHIN_INSTANCE)
     cell = f"{rule.metric}.{rule.statistic}" if rule.metric != "error_rate" else "error_rate.mean"
     estimate = center_estimate(group, cell, confidence)
+    center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
+              else "mean, t interval (a value <= 0)")
     basis = (f"{estimate.n} trials' {rule.statistic if rule.metric != 'error_rate' else 'rate'}"
-             f" ({estimate.method}: geometric mean, t interval on logs, when all are > 0)")
+             f" ({estimate.method}: {center})")
     if rule.metric == "error_rate":
         failed = sum(t.series.failed for t in valid)
         requests = sum(t.series.requests for t in valid)
@@ -307,7 +342,11 @@ def groups_by_variant(trials: Sequence[Trial], order: Sequence[str]) -> list[Gro
 
 def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[SloEntry] = (),
              server_args: Mapping[str, Any] | None = None) -> VariantEntry:
-    """`folder` is "name" (an experiment's trial folders) or "path" (compared run folders)."""
+    """`folder` is "name" (an experiment's trial folders) or "path" (compared run folders).
+    Per cell (the compared ones, then the SLOs' own) each trial's value and the trial-level
+    estimate, so every verdict can be read next to the trials it came from."""
+    cells = tuple(dict.fromkeys([*cells, *(f"{s.rule.metric}.{s.rule.statistic}"
+                                          for s in slos)]))
     trials = tuple(
         TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
                    t.outcome.exit_code, t.outcome.invalid_reasons,
@@ -330,14 +369,13 @@ class _Compared:
     comparisons: tuple[ComparisonEntry, ...]
     planning: tuple[PlanEntry, ...]
     benchstat: str
-    reach_warning: str | None
+    reach_warnings: tuple[str, ...]  # per pair, from its actual trial counts
 
 
-def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float,
-             trials_per_side: int) -> _Compared:
+def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float
+             ) -> _Compared:
     families = compare_groups(groups, cells, alpha) if len(groups) > 1 else []
-    reach = (reachability_warning(trials_per_side, len(cells), alpha) if len(groups) > 1
-             else None)
+    reach = tuple(w for family in families for w in family_reachability_warnings(family))
     return _Compared(
         tuple(ComparisonEntry(f[0].baseline, f[0].candidate,
                               tuple(CellComparisonEntry.of(item) for item in f))
@@ -364,10 +402,8 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
                 if group.valid_trials else [])
         variants.append(_variant(group, cells, "name", slos, redact_secrets(arm.server.args)))
         warnings += _excluded_warning(variants[-1])
-    compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect,
-                        scenario.trials)
-    if compared.reach_warning:
-        warnings.append(compared.reach_warning)
+    compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
+    warnings += compared.reach_warnings
     slos = [slo for variant in variants for slo in variant.slos]
     summary = ExperimentSummary(
         kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),
@@ -393,10 +429,9 @@ def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
     effect = baseline.compare.effect
     smallest = min(len(g.values(cells[0])) for g in groups)
     variants = [_variant(group, cells, "path") for group in groups]
-    compared = _compare(groups, cells, alpha, effect, max(smallest, 1))
+    compared = _compare(groups, cells, alpha, effect)
     warnings = [w for variant in variants for w in _excluded_warning(variant)]
-    if compared.reach_warning:
-        warnings.append(compared.reach_warning)
+    warnings += compared.reach_warnings
     scenario = {**baseline.to_yaml_dict(),
                 "compare": {"cells": list(cells), "alpha": alpha, "effect": effect}}
     return ExperimentSummary(

@@ -33,7 +33,17 @@ MW_PLANNING_EFFICIENCY: float = 108.0 / 125.0
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """B versus A on per-trial statistics (the unit of comparison is the trial)."""
+    """B versus A on per-trial statistics (the unit of comparison is the trial).
+
+    ``shift`` and ``ratio`` carry their interval at ``interval_confidence`` = 1 - alpha /
+    ``holm_factor``: the level of the test that decides ``significant`` (1 - alpha alone; after
+    ``with_holm`` the Holm step's level), so an interval excludes 0 (ratio: 1) exactly when the
+    comparison is significant. ``testable`` is False when these trial counts can never reach
+    ``p_adjusted < alpha`` in this family: the intervals at that level do not exist, and
+    ``shift_range``/``ratio_range`` give the widest interval the trials allow instead (all
+    pairwise differences/ratios, at level 1 - minimum possible p), descriptive only.
+    ``values_a``/``values_b`` are the per-trial values compared (NaNs dropped).
+    """
 
     n_a: int
     n_b: int
@@ -46,6 +56,18 @@ class Comparison:
     significant: bool
     alpha: float
     warnings: tuple[str, ...] = ()
+    values_a: tuple[float, ...] = ()
+    values_b: tuple[float, ...] = ()
+    family_size: int = 1  # comparisons in the Holm family (1: unadjusted)
+    holm_factor: int = 1  # alpha is divided by this for the intervals (Holm's step factor)
+    testable: bool = False
+    shift_range: Estimate | None = None
+    ratio_range: Estimate | None = None
+    interval_agrees: bool = True  # False only with ties (the warning says so)
+
+    @property
+    def interval_confidence(self) -> float:
+        return 1.0 - self.alpha / self.holm_factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +96,18 @@ class TrialPlan:
 # Mann-Whitney, Hodges-Lehmann, Holm
 
 
+#: p-values are floats standing for exact (rational) values: a p, or a Holm product ``k * p``,
+#: within this relative distance of alpha counts as equal to alpha, so not below it (3 vs 7
+#: trials give p = 1/60, and Holm's 3 * 1/60 is exactly 0.05, not 0.0499999...).
+ALPHA_TOLERANCE: float = 1e-9
+
+
+def below_alpha(p: float | np.ndarray, alpha: float) -> bool | np.ndarray:
+    """``p < alpha`` for significance: the one comparison every verdict, interval rank and
+    "can never reach" note uses (with ``ALPHA_TOLERANCE``)."""
+    return p < alpha * (1.0 - ALPHA_TOLERANCE)
+
+
 def min_p_value_mann_whitney(n_a: int, n_b: int) -> float:
     """Smallest two-sided exact Mann-Whitney p-value with these sample sizes: 2 / C(n_a+n_b, n_a).
 
@@ -83,6 +117,8 @@ def min_p_value_mann_whitney(n_a: int, n_b: int) -> float:
         raise ValueError(f"sample sizes must be >= 0, got {n_a} and {n_b}")
     if n_a == 0 or n_b == 0:
         return 1.0
+    if max(n_a, n_b) <= _EXACT_MW_MAX_PER_SIDE:  # the p-values' own table: the same float
+        return float(_two_sided_null_p(n_a, n_b)[0])
     return float(min(1.0, 2.0 / math.comb(n_a + n_b, n_a)))
 
 
@@ -108,19 +144,78 @@ def _mann_whitney_null_cdf(n_a: int, n_b: int) -> tuple[float, ...]:
     return tuple(float(v) for v in cdf)
 
 
+@lru_cache(maxsize=256)
+def _two_sided_null_p(n_a: int, n_b: int) -> np.ndarray:
+    """``G(u) = min(1, 2 P(U <= u))`` for u = 0 .. n_a n_b: the two-sided p-value of a U that lies
+    in the lower tail (U = u in the upper tail is ``G(n_a n_b - u)``, by symmetry). Exact null for
+    continuous data up to ``_EXACT_MW_MAX_PER_SIDE`` per side, beyond that the normal
+    approximation with continuity correction. Both the p-value (without ties) and the ranks of
+    the Hodges-Lehmann interval are read from this one table, so the interval is dual to the test
+    to the last bit: it excludes 0 exactly when ``factor * p < alpha``. Non-decreasing in u."""
+    if max(n_a, n_b) <= _EXACT_MW_MAX_PER_SIDE:
+        cdf = np.asarray(_mann_whitney_null_cdf(n_a, n_b))
+    else:
+        mu = n_a * n_b / 2.0
+        sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
+        cdf = stats.norm.cdf((np.arange(n_a * n_b + 1) + 0.5 - mu) / sigma)
+    table = np.minimum(2.0 * cdf, 1.0)
+    table.setflags(write=False)
+    return table
+
+
 def _hodges_lehmann_rank(n_a: int, n_b: int, confidence: float) -> int:
     """Largest k with ``2 P(U <= k - 1) <= 1 - confidence`` (0: no interval exists).
 
     The CI for the shift is then ``[D_(k), D_(n_a n_b + 1 - k)]`` over the sorted pairwise
     differences (Moses/Lehmann), dual to the exact two-sided Mann-Whitney test.
     """
-    tail = (1.0 - confidence) / 2.0
-    if max(n_a, n_b) <= _EXACT_MW_MAX_PER_SIDE:
-        cdf = np.asarray(_mann_whitney_null_cdf(n_a, n_b))
-        return int(np.searchsorted(cdf, tail * (1.0 + 1e-12), side="right"))
-    mu = n_a * n_b / 2.0
-    sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
-    return max(0, math.floor(mu + 0.5 + float(stats.norm.ppf(tail)) * sigma))
+    table = _two_sided_null_p(n_a, n_b)
+    return int(np.count_nonzero(table <= (1.0 - confidence) * (1.0 + 1e-12)))
+
+
+def _rank_for_test(n_a: int, n_b: int, alpha: float, factor: int) -> int:
+    """Largest k with ``factor * G(k - 1) < alpha``: the interval ``[D_(k), D_(N + 1 - k)]``
+    then excludes 0 exactly when ``factor * p < alpha`` (p from the same table)."""
+    return int(np.count_nonzero(below_alpha(factor * _two_sided_null_p(n_a, n_b), alpha)))
+
+
+def _level_text(confidence: float) -> str:
+    """0.95 -> "95%", 0.98333 -> "98.3%", 0.90476 -> "90.5%"."""
+    return f"{confidence * 100:.3g}%"
+
+
+def _hodges_lehmann(xa: np.ndarray, xb: np.ndarray, k: int, confidence: float,
+                    log_scale: bool) -> Estimate:
+    """The Hodges-Lehmann estimate with the interval of rank k (k < 1: no interval, warning);
+    ``confidence`` is the level that rank stands for."""
+    method = "hodges-lehmann-log-ratio" if log_scale else "hodges-lehmann"
+    n_a, n_b = xa.size, xb.size
+    n = n_a + n_b
+    if n_a == 0 or n_b == 0:
+        return Estimate(None, None, None, confidence, n, float(n), method,
+                        (f"insufficient trials for a shift (need >= 1 per side, have {n_a} vs "
+                         f"{n_b})",))
+    if log_scale:
+        if (xa <= 0).any() or (xb <= 0).any():
+            return Estimate(None, None, None, confidence, n, float(n), method,
+                            ("a ratio needs positive values on both sides",))
+        xa, xb = np.log(xa), np.log(xb)
+    differences = np.sort(np.subtract.outer(xb, xa).ravel())
+    center = float(np.median(differences))
+    warnings: tuple[str, ...] = ()
+    low: float | None
+    high: float | None
+    if k < 1:
+        low = high = None
+        warnings = (f"{n_a} vs {n_b} trials are too few for a {_level_text(confidence)} "
+                    f"interval (minimum possible p={min_p_value_mann_whitney(n_a, n_b):.2g})",)
+    else:
+        low, high = float(differences[k - 1]), float(differences[differences.size - k])
+    if log_scale:
+        center = math.exp(center)
+        low = None if low is None else math.exp(low)
+        high = None if high is None else math.exp(high)
+    return Estimate(center, low, high, confidence, n, float(n), method, warnings)
 
 
 def hodges_lehmann(
@@ -136,49 +231,20 @@ def hodges_lehmann(
     check_confidence(confidence)
     xa = as_1d_float(a, "a")
     xb = as_1d_float(b, "b")
-    method = "hodges-lehmann-log-ratio" if log_scale else "hodges-lehmann"
-    n_a, n_b = xa.size, xb.size
-    n = n_a + n_b
-    if n_a == 0 or n_b == 0:
-        return Estimate(None, None, None, confidence, n, float(n), method,
-                        (f"insufficient trials for a shift (need >= 1 per side, have {n_a} vs "
-                         f"{n_b})",))
-    if log_scale:
-        if (xa <= 0).any() or (xb <= 0).any():
-            return Estimate(None, None, None, confidence, n, float(n), method,
-                            ("a ratio needs positive values on both sides",))
-        xa, xb = np.log(xa), np.log(xb)
-    differences = np.sort(np.subtract.outer(xb, xa).ravel())
-    center = float(np.median(differences))
-    k = _hodges_lehmann_rank(n_a, n_b, confidence)
-    warnings: tuple[str, ...] = ()
-    low: float | None
-    high: float | None
-    if k < 1:
-        low = high = None
-        warnings = (f"{n_a} vs {n_b} trials are too few for a {confidence:.0%} interval "
-                    f"(minimum possible p={min_p_value_mann_whitney(n_a, n_b):.2g})",)
-    else:
-        low, high = float(differences[k - 1]), float(differences[differences.size - k])
-    if log_scale:
-        center = math.exp(center)
-        low = None if low is None else math.exp(low)
-        high = None if high is None else math.exp(high)
-    return Estimate(center, low, high, confidence, n, float(n), method, warnings)
+    k = _hodges_lehmann_rank(xa.size, xb.size, confidence) if xa.size and xb.size else 0
+    return _hodges_lehmann(xa, xb, k, confidence, log_scale)
 
 
 def _mann_whitney_p(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, str | None]:
-    """Two-sided Mann-Whitney p: exact without ties, a seeded permutation test with ties."""
+    """Two-sided Mann-Whitney p. Without ties: read from ``_two_sided_null_p`` (exact up to 100
+    trials per side; equal to ``scipy.stats.mannwhitneyu(method="exact")``), the same table the
+    interval ranks come from. With ties: a seeded permutation test."""
     pooled = np.concatenate([a, b])
-    has_ties = np.unique(pooled).size < pooled.size
-    if not has_ties:
-        if max(a.size, b.size) <= _EXACT_MW_MAX_PER_SIDE:
-            method: object = "exact"
-        else:
-            method = "asymptotic"
-        note = None
-    elif min(a.size, b.size) < 2:  # scipy's permutation test needs two values a side
-        method = "asymptotic"
+    if np.unique(pooled).size == pooled.size:
+        u = int(np.count_nonzero(np.subtract.outer(b, a) > 0))
+        return float(_two_sided_null_p(a.size, b.size)[min(u, a.size * b.size - u)]), None
+    if min(a.size, b.size) < 2:  # scipy's permutation test needs two values a side
+        method: object = "asymptotic"
         note = "ties among per-trial values: p-value from the normal approximation"
     else:
         method = stats.PermutationMethod(n_resamples=9999, rng=np.random.default_rng(seed))
@@ -191,83 +257,172 @@ def _trials_phrase(n_a: int, n_b: int) -> str:
     return f"{n_a} trials per side" if n_a == n_b else f"{n_a} vs {n_b} trials"
 
 
+def smallest_adjusted_p(n_a: int, n_b: int, family_size: int) -> float:
+    """The smallest p a cell with these trial counts can reach after Holm over
+    ``family_size`` comparisons: ``min(1, family_size * 2 / C(n_a + n_b, n_a))``. The one
+    number every "can never reach" note (cell footnote, closing warning) quotes."""
+    return min(1.0, max(1, family_size) * min_p_value_mann_whitney(n_a, n_b))
+
+
+def _excludes(estimate: Estimate, null: float) -> bool:
+    return (estimate.ci_low is not None and estimate.ci_high is not None
+            and (estimate.ci_low > null or estimate.ci_high < null))
+
+
+def _with_intervals(comparison: Comparison) -> Comparison:
+    """``comparison`` with ``shift``/``ratio`` at its test's level (1 - alpha / holm_factor),
+    ``testable``, the widest intervals when it is not, and the agreement check."""
+    xa = np.asarray(comparison.values_a, dtype=float)
+    xb = np.asarray(comparison.values_b, dtype=float)
+    n_a, n_b = xa.size, xb.size
+    alpha, factor = comparison.alpha, comparison.holm_factor
+    confidence = comparison.interval_confidence
+    if n_a == 0 or n_b == 0:
+        return replace(comparison, shift=_hodges_lehmann(xa, xb, 0, confidence, False),
+                       ratio=_hodges_lehmann(xa, xb, 0, confidence, True), testable=False,
+                       shift_range=None, ratio_range=None, interval_agrees=True)
+    k = _rank_for_test(n_a, n_b, alpha, factor)
+    shift = _hodges_lehmann(xa, xb, k, confidence, False)
+    ratio = _hodges_lehmann(xa, xb, k, confidence, True)
+    table = _two_sided_null_p(n_a, n_b)
+    testable = comparison.significant or bool(  # (a permutation p with ties: significant)
+        below_alpha(smallest_adjusted_p(n_a, n_b, comparison.family_size), alpha))
+    shift_range = ratio_range = None
+    if not testable and table[0] < 1.0:
+        widest = 1.0 - float(table[0])  # [D_(1), D_(N)]: every pairwise difference
+        shift_range = _hodges_lehmann(xa, xb, 1, widest, False)
+        ratio_range = _hodges_lehmann(xa, xb, 1, widest, True)
+    agrees = all(_excludes(estimate, null) == comparison.significant
+                 for estimate, null in ((shift, 0.0), (ratio, 1.0))
+                 if estimate.value is not None)
+    warnings = tuple(w for w in comparison.warnings if not w.startswith(_DISAGREE_PREFIX))
+    if not agrees:
+        warnings += (f"{_DISAGREE_PREFIX} (ties among per-trial values): the "
+                     f"{_level_text(confidence)} interval is exact for distinct values only; the "
+                     "verdict follows the p-value",)
+    return replace(comparison, shift=shift, ratio=ratio, testable=testable,
+                   shift_range=shift_range, ratio_range=ratio_range, interval_agrees=agrees,
+                   warnings=warnings)
+
+
+_DISAGREE_PREFIX = "interval and p-value disagree"
+
+
 def compare_trials(
     a: np.ndarray,
     b: np.ndarray,
     alpha: float = 0.05,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> Comparison:
     """B versus A where each value is one trial's statistic (e.g. the p95 TTFT of a run).
 
     Two-sided Mann-Whitney U (exact without ties, seeded permutation test with ties), the
     Hodges-Lehmann shift ``b - a`` and the Hodges-Lehmann ratio on logarithms ``b / a``, both
-    with their distribution-free CIs (dual to the exact test), and the medians of each side.
-    ``p_adjusted`` equals ``p_value`` until ``with_holm`` adjusts a family. NaNs are dropped.
+    with their distribution-free CIs at level 1 - alpha (dual to the exact test: an interval
+    excludes 0, ratio 1, exactly when ``p < alpha``), and the medians of each side.
+    ``p_adjusted`` equals ``p_value`` until ``with_holm`` adjusts a family (and the intervals
+    with it). NaNs are dropped.
     """
     check_alpha(alpha)
-    check_confidence(confidence)
     xa, warn_a = drop_nan(a, "a")
     xb, warn_b = drop_nan(b, "b")
     warnings: tuple[str, ...] = (*warn_a, *warn_b)
     n_a, n_b = xa.size, xb.size
     center_a = float(np.median(xa)) if n_a else None
     center_b = float(np.median(xb)) if n_b else None
-    shift = hodges_lehmann(xa, xb, confidence)
-    ratio = hodges_lehmann(xa, xb, confidence, log_scale=True)
+    values = {"values_a": tuple(float(v) for v in xa), "values_b": tuple(float(v) for v in xb)}
+    placeholder = Estimate(None, None, None, 1.0 - alpha, 0, 0.0, "hodges-lehmann")
     if n_a == 0 or n_b == 0:
         warnings += (f"nothing to compare ({n_a} vs {n_b} trials)",)
-        return Comparison(n_a, n_b, center_a, center_b, None, None, shift, ratio, False, alpha,
-                          warnings)
+        return _with_intervals(Comparison(n_a, n_b, center_a, center_b, None, None, placeholder,
+                                          placeholder, False, alpha, warnings, **values))
     p_value, note = _mann_whitney_p(xa, xb, seed)
     if note:
         warnings += (note,)
     min_p = min_p_value_mann_whitney(n_a, n_b)
-    if min_p >= alpha:
+    if not below_alpha(min_p, alpha):
         warnings += (f"{_trials_phrase(n_a, n_b)} can never reach p<{alpha:g} "
                      f"(minimum possible p={min_p:.2g})",)
-    return Comparison(n_a, n_b, center_a, center_b, p_value, p_value, shift, ratio,
-                      p_value < alpha, alpha, warnings)
+    significant = bool(below_alpha(p_value, alpha))
+    return _with_intervals(Comparison(n_a, n_b, center_a, center_b, p_value, p_value,
+                                      placeholder, placeholder, significant, alpha, warnings,
+                                      **values))
 
 
-def holm_adjust(p_values: Sequence[float | None]) -> tuple[float | None, ...]:
-    """Holm step-down adjusted p-values; None entries stay None and do not count in the family."""
+def _holm_order(p_values: Sequence[float | None]) -> tuple[list[tuple[float, int]], int]:
     indexed = [(p, i) for i, p in enumerate(p_values) if p is not None]
     for p, _ in indexed:
         if not (0.0 <= p <= 1.0):
             raise ValueError(f"p-values must lie in [0, 1], got {p!r}")
-    m = len(indexed)
+    return sorted(indexed), len(indexed)
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> tuple[float | None, ...]:
+    """Holm step-down adjusted p-values; None entries stay None and do not count in the family."""
+    ordered, m = _holm_order(p_values)
     adjusted: list[float | None] = [None] * len(p_values)
     running = 0.0
-    for rank, (p, i) in enumerate(sorted(indexed)):
+    for rank, (p, i) in enumerate(ordered):
         running = max(running, min(1.0, (m - rank) * p))
         adjusted[i] = running
     return tuple(adjusted)
+
+
+def holm_interval_factors(p_values: Sequence[float | None], alpha: float
+                          ) -> tuple[int | None, ...]:
+    """Per p-value the divisor of alpha for an interval that agrees with Holm's verdict.
+
+    Holm tests the j-th smallest of m p-values at ``alpha / (m - j + 1)`` and stops at the first
+    step s that fails. A rejected comparison gets the factor of the step that rejected it
+    (``m - j + 1``); every comparison from step s on gets step s's (``m - s + 1``, the number not
+    rejected: Holm-compatible simultaneous intervals for those, Strassburger & Bretz 2008). An
+    interval at 1 - alpha / factor, dual to the test, then excludes the null value exactly when
+    the Holm-adjusted p is below alpha.
+    """
+    check_alpha(alpha)
+    ordered, m = _holm_order(p_values)
+    factors: list[int | None] = [None] * len(p_values)
+    running = 0.0
+    stopped: int | None = None
+    for rank, (p, i) in enumerate(ordered):
+        running = max(running, min(1.0, (m - rank) * p))
+        if stopped is None and not below_alpha(running, alpha):
+            stopped = m - rank
+        factors[i] = (m - rank) if stopped is None else stopped
+    return tuple(factors)
 
 
 _HOLM_WARNING_PREFIX = "with Holm over "
 
 
 def with_holm(comparisons: Sequence[Comparison]) -> tuple[Comparison, ...]:
-    """Copies with ``p_adjusted``/``significant`` from Holm over the whole family.
+    """Copies with ``p_adjusted``/``significant`` from Holm over the whole family, and the
+    intervals at the level that agrees with that verdict (``holm_interval_factors``).
 
     Adds a warning to comparisons whose trial counts cannot be significant after the
     correction at all (smallest possible adjusted p is ``m * min_p``).
     """
-    adjusted = holm_adjust([c.p_value for c in comparisons])
-    m = sum(1 for c in comparisons if c.p_value is not None)
+    alphas = {c.alpha for c in comparisons}
+    if len(alphas) > 1:
+        raise ValueError(f"one Holm family needs one alpha, got {sorted(alphas)}")
+    p_values = [c.p_value for c in comparisons]
+    adjusted = holm_adjust(p_values)
+    factors = holm_interval_factors(p_values, alphas.pop()) if comparisons else ()
+    m = sum(1 for p in p_values if p is not None)
     result = []
-    for comparison, p_adj in zip(comparisons, adjusted, strict=True):
+    for comparison, p_adj, factor in zip(comparisons, adjusted, factors, strict=True):
         warnings = tuple(w for w in comparison.warnings if not w.startswith(_HOLM_WARNING_PREFIX))
         if p_adj is not None and m > 1:
-            best = min(1.0, m * min_p_value_mann_whitney(comparison.n_a, comparison.n_b))
-            if best >= comparison.alpha:
+            best = smallest_adjusted_p(comparison.n_a, comparison.n_b, m)
+            if not below_alpha(best, comparison.alpha):
                 warnings += (f"{_HOLM_WARNING_PREFIX}{m} comparisons, "
                              f"{_trials_phrase(comparison.n_a, comparison.n_b)} can never reach "
                              f"p<{comparison.alpha:g} (minimum possible adjusted p={best:.2g})",)
-        result.append(replace(comparison, p_adjusted=p_adj,
-                              significant=p_adj is not None and p_adj < comparison.alpha,
-                              warnings=warnings))
+        result.append(_with_intervals(replace(
+            comparison, p_adjusted=p_adj,
+            significant=p_adj is not None and bool(below_alpha(p_adj, comparison.alpha)),
+            warnings=warnings,
+            family_size=max(m, 1), holm_factor=factor or 1)))
     return tuple(result)
 
 
@@ -351,7 +506,7 @@ def non_inferiority(
 
 def _min_trials_for_alpha(alpha: float) -> int:
     n = 1
-    while min_p_value_mann_whitney(n, n) >= alpha:
+    while not below_alpha(min_p_value_mann_whitney(n, n), alpha):
         n += 1
     return n
 

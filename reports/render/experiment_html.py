@@ -19,7 +19,17 @@ import yaml
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary, VariantEntry
+from vllm_slo.reports.analysis.comparison import (
+    TABLE_LEGEND,
+    format_estimate,
+    format_level,
+    trial_values_text,
+)
+from vllm_slo.reports.analysis.experiment_summary import (
+    CellComparisonEntry,
+    ExperimentSummary,
+    VariantEntry,
+)
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import colour, figure_json, latency_ecdf_figure, plot_text
@@ -51,6 +61,27 @@ class VariantRow:
     name: str
     trials: str  # "4 of 4"
     server_args: str  # "block-size=32 enable-chunked-prefill=true", or "" (comparison)
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateRow:
+    variant: str
+    cell: str
+    estimate: str  # "2.31s [1.90s, 2.80s]"
+    method: str
+    trials: str  # "from trials 2.10s 2.50s"
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    pair: str  # "candidate vs baseline"
+    cell: str
+    verdict: str  # significant | ~ not significant | not testable | ?
+    change: str  # "+4.1% [-9.0%, +18.7%]"
+    level: str  # the interval's level: "99.2% (Holm step 1/6)"
+    p: str  # "0.42 (unadjusted 0.07)"
+    trials: str  # "5+5"
+    notes: str  # footnote marks "[1][2]" into ExperimentView.comparison_notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +118,10 @@ class ExperimentView:
     variants_title: str
     variant_rows: list[VariantRow]
     benchstat: str
+    comparison_legend: str
+    comparison_rows: list[ComparisonRow]
+    comparison_notes: list[str]
+    estimate_rows: list[EstimateRow]
     figures: list[FigureView]
     plan_rows: list[PlanRow]
     no_plan_note: str
@@ -108,8 +143,8 @@ def _cell_scale_and_unit(cell: str) -> tuple[float, str]:
 
 
 def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) -> str:
-    """Per-trial values of each compared cell (valid trials), with the across-trial mean and
-    its 95% CI, one colour per variant."""
+    """Per-trial values of each compared cell (valid trials), with the trial-level estimate
+    (geometric mean, t interval on logs) and its 95% CI, one colour per variant."""
     columns = 3
     rows = max(1, -(-len(cells) // columns))
     figure = make_subplots(rows=rows, cols=columns,
@@ -137,7 +172,8 @@ def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) ->
                     showlegend=False, hoverinfo="y"), row=row + 1, col=col + 1)
         figure.update_yaxes(title_text=unit, row=row + 1, col=col + 1)
     figure.update_layout(template="plotly_white", height=320 * rows,
-                         title="Per-trial statistics (dots) with the mean and its 95% CI",
+                         title="Per-trial statistics (dots) with the trial-level estimate "
+                               "(geometric mean) and its 95% CI",
                          margin={"l": 60, "r": 20, "t": 70, "b": 40})
     return figure_json(figure)
 
@@ -169,6 +205,54 @@ def _trial_rows(summary: ExperimentSummary) -> list[TrialRow]:
     return [row for _, row in rows]
 
 
+def _verdict(cell: CellComparisonEntry) -> str:
+    if cell.p_adjusted is None:
+        return "?"
+    if not cell.testable:
+        return "not testable"
+    return "significant" if cell.significant else "~ not significant"
+
+
+def _comparison_rows(summary: ExperimentSummary) -> tuple[list[ComparisonRow], list[str]]:
+    """One row per pair and cell, and the warnings they mark (numbered once, as in the text
+    table)."""
+    rows = []
+    notes: list[str] = []
+    for pair in summary.comparisons:
+        for cell in pair.cells:
+            verdict = _verdict(cell)
+            widest = cell.ratio_range or cell.shift_range
+            if cell.testable:
+                adjustment = ("unadjusted" if cell.holm_factor == 1 and cell.family_size == 1
+                              else f"alpha / {cell.holm_factor}, Holm over "
+                                   f"{cell.family_size}")
+                level = f"{format_level(cell.interval_confidence)} ({adjustment})"
+            elif widest is not None:
+                level = (f"{format_level(widest.confidence)}: widest possible (needs "
+                         f"{format_level(cell.interval_confidence)})")
+            else:
+                level = "no interval possible"
+            p = "n/a" if cell.p_adjusted is None else f"{cell.p_adjusted:.2g}"
+            if cell.p_value is not None and cell.p_adjusted != cell.p_value:
+                p += f" (unadjusted {cell.p_value:.2g})"
+            marks = ""
+            for warning in cell.warnings:
+                if warning not in notes:
+                    notes.append(warning)
+                marks += f"[{notes.index(warning) + 1}]"
+            rows.append(ComparisonRow(
+                f"{pair.candidate} vs {pair.baseline}", cell.cell, verdict,
+                cell.change, level, p, f"{cell.n_baseline}+{cell.n_candidate}", marks))
+    return rows, [redact_text(note) for note in notes]
+
+
+def _estimate_rows(summary: ExperimentSummary) -> list[EstimateRow]:
+    return [EstimateRow(variant.label, cell,
+                        format_estimate(cell, estimate.value, estimate.ci_low, estimate.ci_high),
+                        estimate.method, trial_values_text(cell, variant.values(cell)))
+            for variant in summary.variants for cell, estimate in variant.cells.items()]
+
+
 def _headline(summary: ExperimentSummary) -> str:
     groups = len(summary.variants)
     if summary.kind == "comparison":
@@ -190,6 +274,7 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
         FigureView("fig-ecdf", "Latency distributions (all trials pooled)",
                    latency_ecdf_figure(pooled)),
     ]
+    comparison_rows, comparison_notes = _comparison_rows(summary)
     return ExperimentView(
         title=(f"vllm-slo {'comparison' if comparison else 'experiment'} · "
                f"{summary.scenario_name}"),
@@ -211,7 +296,10 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
                                  f"{variant.valid_trials} of {len(variant.trials)}",
                                  _args_text(variant.server_args))
                       for variant in summary.variants],
-        benchstat=summary.benchstat, figures=figures,
+        benchstat=summary.benchstat, comparison_legend=" ".join(TABLE_LEGEND),
+        comparison_rows=comparison_rows, comparison_notes=comparison_notes,
+        estimate_rows=_estimate_rows(summary),
+        figures=figures,
         plan_rows=[PlanRow(plan.cell, f"{plan.trial_to_trial_cv:.0%}", f"{plan.effect:.0%}",
                            format_trials_needed(plan.trials_per_variant),
                            "; ".join(plan.warnings))

@@ -1,12 +1,20 @@
 """Plain text of an experiment's or a comparison's summary, for the terminal (the formatters
-are the run report's, `render.text`)."""
+are the run report's, `render.text`, and the comparison's, `analysis.comparison`)."""
 
 from __future__ import annotations
 
 import json
 
-from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary, PlanEntry
+from vllm_slo.reports.analysis.comparison import format_estimate, trial_values_text
+from vllm_slo.reports.analysis.experiment_summary import (
+    ExperimentSummary,
+    PlanEntry,
+    VariantEntry,
+)
 from vllm_slo.reports.render.text import format_observed, format_trials_needed
+
+ESTIMATES_TITLE = ("trial-level estimates (geometric mean of the valid trials, 95% t interval "
+                   "on logs; raw scale when a value is <= 0), each trial's value beside:")
 
 
 def plan_line(plan: PlanEntry) -> str:
@@ -15,16 +23,29 @@ def plan_line(plan: PlanEntry) -> str:
             f"{plan.effect:.0%} (power {plan.power:.0%})")
 
 
+def estimate_line(variant: VariantEntry, cell: str) -> str:
+    """`ttft.p50: 2.31s [1.90s, 2.80s] from trials 2.10s 2.50s`."""
+    estimate = variant.cells[cell]
+    return (f"{cell}: {format_estimate(cell, estimate.value, estimate.ci_low, estimate.ci_high)} "
+            f"{trial_values_text(cell, variant.values(cell))}")
+
+
+def _estimate_lines(variant: VariantEntry) -> list[str]:
+    return [f"  {estimate_line(variant, cell)}" for cell in variant.cells]
+
+
 def render_experiment_text(summary: ExperimentSummary) -> str:
-    """Per variant its SLO verdicts across trials, then the benchstat table, the planning
-    lines, invalid reasons and warnings."""
+    """Per variant its SLO verdicts across trials and each cell's trial-level estimate beside
+    the trials' values, then the benchstat table, the planning lines, invalid reasons and
+    warnings."""
     lines = [f"experiment {summary.run_id}: {len(summary.variants)} variant(s) × "
-             f"{summary.trials_per_variant} trial(s)"]
+             f"{summary.trials_per_variant} trial(s)", ESTIMATES_TITLE]
     for variant in summary.variants:
         lines.append(f"\n[{variant.label}] {variant.valid_trials} valid trial(s)")
         for slo in variant.slos:
             lines.append(f"  {slo.verdict.value:<12} {slo.rule.metric} {slo.rule.text:<14} "
                          f"observed {format_observed(slo)}  ({slo.basis})")
+        lines += _estimate_lines(variant)
     if summary.benchstat:
         lines += ["", summary.benchstat]
     lines += [plan_line(plan) for plan in summary.planning]
@@ -34,8 +55,14 @@ def render_experiment_text(summary: ExperimentSummary) -> str:
 
 
 def render_comparison_text(summary: ExperimentSummary) -> str:
-    """The benchstat table, the provenance that differs between the runs, and warnings."""
-    lines = [summary.benchstat]
+    """Each compared group's trial-level estimates beside its trials' values, the benchstat
+    table, the planning lines, the provenance that differs between the runs, and warnings."""
+    lines = [ESTIMATES_TITLE]
+    for variant in summary.variants:
+        lines.append(f"[{variant.label}] {variant.valid_trials} valid trial(s)")
+        lines += _estimate_lines(variant)
+    lines += ["", summary.benchstat]
+    lines += [plan_line(plan) for plan in summary.planning]
     lines += [f"provenance differs: {key}: {json.dumps(values)}"
               for key, values in summary.provenance_differences.items()]
     lines += [f"warning: {warning}" for warning in summary.warnings]
