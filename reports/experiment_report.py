@@ -22,10 +22,10 @@ from vllm_slo.reports.analysis.experiment_summary import (
     build_experiment_summary,
     pooled_series,
 )
-from vllm_slo.reports.analysis.trial_folders import collect_trials
 from vllm_slo.reports.render.experiment_html import build_experiment_view, render_experiment_html
 from vllm_slo.reports.render.experiment_text import render_experiment_text
 from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.reports.trial_folders import collect_trials
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import REPORT_FILE, SCENARIO_FILE, SUMMARY_FILE
 

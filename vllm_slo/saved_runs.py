@@ -20,16 +20,12 @@ from vllm_slo.reports.analysis.comparison import (
 )
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
-from vllm_slo.reports.analysis.trial_folders import (
-    Trial,
-    collect_trials,
-    is_experiment,
-    trial_folders,
-)
+from vllm_slo.reports.analysis.trials import Trial
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text
 from vllm_slo.reports.render.text import format_trials_needed
 from vllm_slo.reports.run_report import render_run
+from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 
 GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")

@@ -1,2 +1,3 @@
-"""Pure, typed analysis: run metrics, statistics, verdicts, comparisons, summaries. Never
-imports `reports.render`; no printing or plotting."""
+"""Pure, typed analysis: run metrics, statistics, verdicts, comparisons, trials, summaries.
+Never imports `reports.render`; no printing, plotting or file access (tests/unit/test_layers.py).
+"""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from vllm_slo.reports.analysis.statistics import Estimate, across_trials_estimate
-from vllm_slo.reports.analysis.trial_folders import Trial, cell_value, lower_is_better
 from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
     NonInferiority,
@@ -24,6 +23,7 @@ from vllm_slo.reports.analysis.trial_statistics import (
     trials_needed,
     with_holm,
 )
+from vllm_slo.reports.analysis.trials import Trial, cell_value, lower_is_better
 from vllm_slo.scenarios.units import format_duration_s
 
 

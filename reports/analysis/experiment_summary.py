@@ -30,7 +30,7 @@ from vllm_slo.reports.analysis.comparison import (
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import ReportedEstimate, SloEntry
-from vllm_slo.reports.analysis.trial_folders import Trial, cell_value
+from vllm_slo.reports.analysis.trials import Trial, cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from vllm_slo import cli
-from vllm_slo.reports.analysis.trial_folders import collect_trials, is_experiment, trial_folders
+from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
 from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_saved_run
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.loader import load_scenario

@@ -114,6 +114,21 @@ def test_reports_analysis_never_imports_rendering() -> None:
     assert offenders == []
 
 
+def test_reports_analysis_touches_no_files() -> None:
+    """Analysis is pure: reading run folders is `reports/samples.py`, `reports/trial_folders.py`
+    and the report builders; writing is the renderers'."""
+    io_calls = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_table",
+                "write_table", "mkdir", "unlink"}
+    offenders = []
+    for path in sorted((REPO / "reports" / "analysis").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                if name in io_calls:
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {name}")
+    assert offenders == []
+
+
 def test_locust_is_imported_only_by_locustfiles() -> None:
     imports = all_imports()
     locust_imports = [item for item in imports if item.module.split(".")[0] in LOCUST_NAMES]
