@@ -101,8 +101,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="compare even when model, hardware, vLLM version or seed differ")
     plan = sub.add_parser("plan", help="trials per variant needed, from a pilot run")
     plan.add_argument("run_dir", type=Path)
-    plan.add_argument("--effect", type=_percent, default=0.10)
+    plan.add_argument("--effect", type=_percent, default=0.10,
+                      help="the change a comparison must detect (default 10%%)")
     plan.add_argument("--alpha", type=float, default=0.05)
+    plan.add_argument("--margin", type=_percent, default=0.05,
+                      help="the gate's non-inferiority margin (default 5%%)")
     sub.add_parser("scenarios", help="list the shipped scenarios")
     imports = sub.add_parser("import", help="import results of other tools as run folders")
     kinds = imports.add_subparsers(dest="kind", required=True)
@@ -155,7 +158,8 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
         result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
                                             options.margin, options.cells, options.force)
     else:
-        result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha)
+        result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha,
+                                           options.margin)
     say(result.text)
     return int(result.exit_code)
 

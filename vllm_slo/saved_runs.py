@@ -20,6 +20,7 @@ from vllm_slo.reports.analysis.comparison import (
 )
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
+from vllm_slo.reports.analysis.trial_statistics import trials_for_gate
 from vllm_slo.reports.analysis.trials import Trial
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text
@@ -157,11 +158,13 @@ def report_saved_run(run_dir: Path) -> CommandResult:
                          ExitCode(rendered.summary["exit_code"]), rendered.report_path)
 
 
-def plan_saved_run(run_dir: Path, effect: float, alpha: float) -> CommandResult:
-    return CommandResult(plan_from_saved_run(run_dir, effect, alpha), ExitCode.PASS)
+def plan_saved_run(run_dir: Path, effect: float, alpha: float,
+                   margin: float = 0.05) -> CommandResult:
+    return CommandResult(plan_from_saved_run(run_dir, effect, alpha, margin), ExitCode.PASS)
 
 
-def plan_from_saved_run(run_dir: Path, effect: float, alpha: float) -> str:
+def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
+                        margin: float = 0.05) -> str:
     groups = groups_of(run_dir)
     cells = list(groups[0].trials[0].scenario.compare.cells)
     plans = plan_trials(groups, cells, effect, alpha)
@@ -172,8 +175,11 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float) -> str:
              f"power (Mann-Whitney on per-trial statistics):"]
     for item in plans:
         plan = item.plan
+        gate_trials = trials_for_gate(plan.cv, margin)
         lines.append(f"  {item.cell:<24} trial CV {plan.cv:6.1%} -> "
-                     f"{format_trials_needed(plan.trials_per_variant)}")
+                     f"{format_trials_needed(plan.trials_per_variant)}; a gate at margin "
+                     f"{margin:.0%} passes an unchanged candidate 80% of the time with "
+                     f"{format_trials_needed(gate_trials)} trials per side")
         lines += [f"    note: {w}" for w in plan.warnings]
         for group in groups:  # what the variation was measured from
             center = center_estimate(group, item.cell)

@@ -570,3 +570,36 @@ def trials_needed(
                       f"{trial_to_trial_cv:.0%} needs more than {MAX_TRIALS_PER_VARIANT} trials "
                       "per variant; reduce the trial-to-trial variation or target a larger "
                       "effect",))
+
+
+def trials_for_gate(
+    trial_to_trial_cv: float,
+    margin: float,
+    confidence: float = 0.95,
+    power: float = 0.8,
+) -> int | None:
+    """Trials per side for the non-inferiority gate to PASS with the given power when the
+    candidate is truly no different (ratio 1): the Welch interval on log ratios must stay below
+    ``log(1 + margin)``. With equal trials k per side and log-scale sd ``sigma``, the statistic
+    ``(log(1 + margin) - d) / se`` is noncentral t with ``2k - 2`` degrees of freedom and
+    noncentrality ``log(1 + margin) / (sigma sqrt(2 / k))``. None above
+    ``MAX_TRIALS_PER_VARIANT``; 2 (the minimum the gate accepts) for a CV of 0.
+    """
+    check_confidence(confidence)
+    if not (0.0 < power < 1.0) or math.isnan(power):
+        raise ValueError(f"power must be strictly between 0 and 1, got {power!r}")
+    if not (0.0 < margin < 1.0) or math.isnan(margin):
+        raise ValueError(f"margin must be within (0, 1), got {margin!r}")
+    if not (trial_to_trial_cv >= 0.0) or math.isinf(trial_to_trial_cv):
+        raise ValueError(f"trial_to_trial_cv must be >= 0, got {trial_to_trial_cv!r}")
+    sigma_log = math.sqrt(math.log1p(trial_to_trial_cv**2))
+    if sigma_log == 0.0:
+        return 2
+    bound = math.log1p(margin)
+    for k in range(2, MAX_TRIALS_PER_VARIANT + 1):
+        df = 2 * k - 2
+        critical = float(stats.t.ppf(0.5 + confidence / 2.0, df))
+        noncentrality = bound / (sigma_log * math.sqrt(2.0 / k))
+        if float(stats.nct.sf(critical, df, noncentrality)) >= power:
+            return k
+    return None

@@ -39,6 +39,7 @@ from vllm_slo.reports.render.text import (
     format_threshold,
     format_trials_needed,
     outcome,
+    scope_note,
     slo_name,
     verdict_counts,
 )
@@ -115,6 +116,7 @@ class ExperimentView:
     warnings: list[str]
     slo_rows: list[VariantSloRow]
     no_slo_note: str
+    verdict_scope: str  # which variation the verdicts cover
     variants_title: str
     variant_rows: list[VariantRow]
     benchstat: str
@@ -286,6 +288,8 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
                                 slo_name(slo), format_threshold(slo), format_observed(slo),
                                 redact_text(slo.basis))
                   for variant in summary.variants for slo in variant.slos],
+        verdict_scope=scope_note([slo for variant in summary.variants
+                                  for slo in variant.slos]),
         no_slo_note=("Saved runs are compared, not judged: no SLO verdicts here (each run's "
                      "own report has its verdicts)." if comparison
                      else "No variant has a valid trial to decide its SLOs on, or the "

@@ -11,7 +11,7 @@ from vllm_slo.reports.analysis.experiment_summary import (
     PlanEntry,
     VariantEntry,
 )
-from vllm_slo.reports.render.text import format_observed, format_trials_needed
+from vllm_slo.reports.render.text import format_observed, format_trials_needed, scope_note
 
 ESTIMATES_TITLE = ("trial-level estimates (geometric mean of the valid trials, 95% t interval "
                    "on logs; raw scale when a value is <= 0), each trial's value beside:")
@@ -45,6 +45,8 @@ def render_experiment_text(summary: ExperimentSummary) -> str:
         for slo in variant.slos:
             lines.append(f"  {slo.verdict.value:<12} {slo.rule.metric} {slo.rule.text:<14} "
                          f"observed {format_observed(slo)}  ({slo.basis})")
+        if variant.slos:
+            lines.append(f"  ({scope_note(variant.slos)})")
         lines += _estimate_lines(variant)
     if summary.benchstat:
         lines += ["", summary.benchstat]

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import run_cli
-from tests.integration.test_attach_standin import standin
+from tests.integration.conftest import run_cli, standin_server
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def fast_standin() -> Iterator[str]:
-    yield from standin("--ttft", "0.02", "--itl", "0.005")
+    with standin_server("--ttft", "0.02", "--itl", "0.005") as url:
+        yield url
 
 
 COMMON = ["traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
@@ -70,7 +70,8 @@ def test_closed_loop_stages_follow_the_shape(fast_standin: str, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def slow_standin() -> Iterator[str]:
-    yield from standin("--ttft", "1.5", "--itl", "0.01")
+    with standin_server("--ttft", "1.5", "--itl", "0.01") as url:
+        yield url
 
 
 def test_requests_in_flight_at_ctrl_c_are_kept(slow_standin: str, tmp_path: Path) -> None:

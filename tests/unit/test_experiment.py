@@ -46,6 +46,11 @@ def test_real_effect_is_significant_and_slo_verdicts_follow(tmp_path: Path) -> N
                         "slow": {"ttft": "FAIL", "error_rate": "PASS"}}
     assert summary["exit_code"] == ExitCode.SLO_FAILED
     assert "ttft.p50" in rendered.text and "~" in rendered.text
+    # six trials per variant: decided between trials, and every output says so
+    assert {s["scope"] for v in summary["variants"].values() for s in v["slos"]} == {
+        "between-trials"}
+    assert "verdicts between trials" in rendered.text
+    assert "verdicts between trials" in (run / "report.html").read_text()
     assert (run / "report.html").stat().st_size > 100_000
     assert [o["variant"] for o in summary["order"]][:4] == ["fast", "slow", "slow", "fast"]
 
@@ -70,8 +75,9 @@ def test_compare_saved_runs_and_plan(tmp_path: Path) -> None:
     assert result.report_path is not None and result.report_path.is_file()
     lines = [line for line in result.text.splitlines() if line.startswith("ttft.p50")]
     assert lines and "+" in lines[0] and "p=" in lines[0] and "n=6+6" in lines[0]
-    plan = plan_from_saved_run(a, 0.10, 0.05)
+    plan = plan_from_saved_run(a, 0.10, 0.05, margin=0.05)
     assert "ttft.p50" in plan and "trial CV" in plan
+    assert "a gate at margin 5% passes an unchanged candidate 80% of the time with" in plan
     # the variation planned from, as the trials measured it
     values = " ".join(format_duration_s(v) for v in groups_of(a)[0].values("ttft.p50"))
     assert "    a: " in plan and f"from trials {values}" in plan

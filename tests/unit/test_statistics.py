@@ -634,3 +634,28 @@ def test_identical_trials_give_no_point_interval() -> None:
     assert slo_verdict(result, ">", 100.0) is Verdict.INCONCLUSIVE
     zeros = across_trials_estimate(np.zeros(4))  # error rates: the raw scale, same rule
     assert zeros.value == 0.0 and zeros.ci_high is None
+
+
+def test_trials_for_gate_reaches_its_power_in_simulation() -> None:
+    """The planned trial count makes the gate PASS about `power` of the time at ratio 1, and
+    one trial fewer does not."""
+    from vllm_slo.reports.analysis.trial_statistics import trials_for_gate
+
+    cv, margin = 0.05, 0.10
+    k = trials_for_gate(cv, margin)
+    assert k is not None and 3 <= k <= 10
+    assert trials_for_gate(0.10, 0.10) == pytest.approx(18, abs=2)  # margin = CV: many
+    sigma = math.sqrt(math.log1p(cv**2))
+    rng = np.random.default_rng(21)
+
+    def pass_rate(trials: int) -> float:
+        passes = sum(non_inferiority(np.exp(rng.normal(0, sigma, trials)),
+                                     np.exp(rng.normal(0, sigma, trials)), margin).verdict
+                     is Verdict.PASS for _ in range(2000))
+        return passes / 2000
+
+    assert pass_rate(k) == pytest.approx(0.8, abs=0.04)
+    assert pass_rate(k - 1) < 0.8
+    assert trials_for_gate(0.0, 0.05) == 2
+    assert trials_for_gate(0.4, 0.01) is None  # more than the planner looks at
+    assert trials_for_gate(0.05, 0.05) > trials_for_gate(0.03, 0.05)
