@@ -29,7 +29,7 @@ from vllm_slo.reports.analysis.comparison import (
 )
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
-from vllm_slo.reports.analysis.summary import ReportedEstimate, SloEntry
+from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
 from vllm_slo.reports.analysis.trials import Trial, cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.redaction import redact_secrets
@@ -210,7 +210,7 @@ class OrderEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class ExperimentSummary:
+class ExperimentSummary(EchoesScenario):
     """Everything an experiment's (or a comparison's) summary.json holds. `scenario` is the
     (redacted) scenario echo; `cells` the compared cells, in order."""
 
@@ -230,14 +230,6 @@ class ExperimentSummary:
     runs: tuple[str, ...] | None = None  # comparison only: the run folders, baseline first
     order: tuple[OrderEntry, ...] | None = None  # experiment only: execution order
     schema_version: int = EXPERIMENT_SCHEMA_VERSION
-
-    @property
-    def scenario_name(self) -> str:
-        return str(self.scenario["name"])
-
-    @property
-    def description(self) -> str:
-        return str(self.scenario.get("description") or "")
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order)."""

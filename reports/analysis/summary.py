@@ -195,8 +195,23 @@ def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: Ru
         client_cpu=client_cpu)
 
 
+class EchoesScenario:
+    """A document that echoes its scenario: the name and description renderers show."""
+
+    __slots__ = ()
+    scenario: Mapping[str, Any]
+
+    @property
+    def scenario_name(self) -> str:
+        return str(self.scenario["name"])
+
+    @property
+    def description(self) -> str:
+        return str(self.scenario.get("description") or "")
+
+
 @dataclass(frozen=True, slots=True)
-class RunSummaryDocument:
+class RunSummaryDocument(EchoesScenario):
     """Everything summary.json holds. `scenario` and `provenance` are the (redacted) echoes
     of the run folder's files; everything the suite computed is typed."""
 
@@ -218,14 +233,6 @@ class RunSummaryDocument:
     invalid_reasons: tuple[str, ...]
     warnings: tuple[str, ...]
     schema_version: int = SUMMARY_SCHEMA_VERSION
-
-    @property
-    def scenario_name(self) -> str:
-        return str(self.scenario["name"])
-
-    @property
-    def description(self) -> str:
-        return str(self.scenario.get("description") or "")
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order)."""
