@@ -56,11 +56,11 @@ from vllm_slo.reports.analysis.statistics import (
     mean_estimate,
     percentile_estimate,
 )
+from vllm_slo.reports.analysis.trial_planning import trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
     compare_trials,
     min_p_value_mann_whitney,
     non_inferiority,
-    trials_needed,
     with_holm,
 )
 

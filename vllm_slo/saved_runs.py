@@ -20,7 +20,7 @@ from vllm_slo.reports.analysis.comparison import (
 )
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
-from vllm_slo.reports.analysis.trial_statistics import trials_for_gate
+from vllm_slo.reports.analysis.trial_planning import trials_for_gate
 from vllm_slo.reports.analysis.trials import Trial
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text

@@ -12,15 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vllm_slo.reports.analysis.statistics import Estimate, across_trials_estimate
+from vllm_slo.reports.analysis.trial_planning import TrialPlan, trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
     NonInferiority,
-    TrialPlan,
     below_alpha,
     compare_trials,
     non_inferiority,
     smallest_adjusted_p,
-    trials_needed,
     with_holm,
 )
 from vllm_slo.reports.analysis.trials import Trial, cell_value, lower_is_better

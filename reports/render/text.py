@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
-from vllm_slo.reports.analysis.trial_statistics import MAX_TRIALS_PER_VARIANT
+from vllm_slo.reports.analysis.trial_planning import MAX_TRIALS_PER_VARIANT
 from vllm_slo.reports.analysis.verdicts import VerdictScope
 from vllm_slo.scenarios.units import format_duration_s
 

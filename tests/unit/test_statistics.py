@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vllm_slo.reports.analysis import effective_size, inputs, trial_statistics
+from vllm_slo.reports.analysis import effective_size, inputs, trial_planning, trial_statistics
 from vllm_slo.reports.analysis import statistics as st
 from vllm_slo.reports.analysis.effective_size import effective_sample_size, lag1_autocorrelation
 from vllm_slo.reports.analysis.statistics import (
@@ -27,6 +27,7 @@ from vllm_slo.reports.analysis.statistics import (
     rate_estimate,
     slo_verdict,
 )
+from vllm_slo.reports.analysis.trial_planning import trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
     compare_trials,
@@ -34,7 +35,6 @@ from vllm_slo.reports.analysis.trial_statistics import (
     holm_adjust,
     min_p_value_mann_whitney,
     non_inferiority,
-    trials_needed,
     with_holm,
 )
 
@@ -61,14 +61,14 @@ def test_results_are_frozen_slotted_dataclasses() -> None:
     result = percentile_estimate(np.arange(100.0), 50)
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.value = 0.0  # type: ignore[misc]
-    for cls in (Estimate, Comparison, trial_statistics.NonInferiority, trial_statistics.TrialPlan):
+    for cls in (Estimate, Comparison, trial_statistics.NonInferiority, trial_planning.TrialPlan):
         assert dataclasses.is_dataclass(cls)
         assert hasattr(cls, "__slots__")
     assert isinstance(result.warnings, tuple)
     assert Verdict.PASS == "PASS" and Verdict("INCONCLUSIVE") is Verdict.INCONCLUSIVE
 
 
-@pytest.mark.parametrize("module", [inputs, effective_size, st, trial_statistics])
+@pytest.mark.parametrize("module", [inputs, effective_size, st, trial_statistics, trial_planning])
 def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
     tree = ast.parse(Path(module.__file__).read_text())
     called = {node.func.id for node in ast.walk(tree)
@@ -84,7 +84,7 @@ def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
     assert imported <= {"__future__", "math", "collections", "dataclasses", "enum", "functools",
                         "numpy", "scipy", "vllm_slo"}
     assert imported_here <= {f"vllm_slo.reports.analysis.{name}" for name in
-                             ("inputs", "effective_size", "statistics")}
+                             ("inputs", "effective_size", "statistics", "trial_statistics")}
 
 
 # --- autocorrelation and effective sample size ---------------------------------------------
@@ -604,7 +604,7 @@ def test_trials_needed_follows_the_normal_approximation() -> None:
     cv, effect = 0.2, 0.1
     sigma, delta = math.sqrt(math.log1p(cv**2)), math.log1p(effect)
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
-    approximate = 2 * z**2 * (sigma / delta) ** 2 / trial_statistics.MW_PLANNING_EFFICIENCY
+    approximate = 2 * z**2 * (sigma / delta) ** 2 / trial_planning.MW_PLANNING_EFFICIENCY
     plan = trials_needed(cv, effect)
     assert plan.trials_per_variant is not None
     assert approximate <= plan.trials_per_variant <= approximate + 3
@@ -639,7 +639,7 @@ def test_identical_trials_give_no_point_interval() -> None:
 def test_trials_for_gate_reaches_its_power_in_simulation() -> None:
     """The planned trial count makes the gate PASS about `power` of the time at ratio 1, and
     one trial fewer does not."""
-    from vllm_slo.reports.analysis.trial_statistics import trials_for_gate
+    from vllm_slo.reports.analysis.trial_planning import trials_for_gate
 
     cv, margin = 0.05, 0.10
     k = trials_for_gate(cv, margin)
