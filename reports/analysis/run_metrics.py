@@ -104,17 +104,20 @@ def error_kind(text: str) -> str:
     return head[:60] or "unknown"
 
 
-def pooled_gaps(offset_lists: pa.ListArray) -> np.ndarray:
-    """Gaps between successive chunk offsets within each request, pooled in row order
-    (vectorised over the flattened lists: a 100k-request run has ~6 M gaps)."""
+def pooled_gaps(offset_lists: pa.ListArray, send_unix_s: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps between successive chunk offsets within each request, pooled in row order, and
+    when each gap ended (the request's intended send + the later chunk's offset, Unix
+    seconds). Vectorised over the flattened lists: a 100k-request run has ~6 M gaps."""
     flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
     if flat.size < 2:
-        return np.empty(0)
-    bounds = offset_lists.offsets.to_numpy() - offset_lists.offsets[0].as_py()
+        return np.empty(0), np.empty(0)
+    offsets = offset_lists.offsets.to_numpy()
     keep = np.ones(flat.size - 1, dtype=bool)
-    starts = bounds[1:-1]
+    starts = (offsets - offsets[0])[1:-1]
     keep[starts[(starts > 0) & (starts < flat.size)] - 1] = False  # no gap across requests
-    return np.diff(flat)[keep]
+    ends = np.repeat(np.asarray(send_unix_s, dtype=np.float64), np.diff(offsets)) + flat
+    return np.diff(flat)[keep], ends[1:][keep]
 
 
 def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
@@ -135,21 +138,6 @@ def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
     inside = (index >= 0) & (index < n_bins) & np.isfinite(weight)
     np.add.at(per_bin, index[inside].astype(int), weight[inside])
     return per_bin
-
-
-def pooled_gap_arrivals(offset_lists: pa.ListArray, send_unix_s: np.ndarray) -> np.ndarray:
-    """When each gap of `pooled_gaps` ended: the request's intended send + the later chunk's
-    offset (Unix seconds), aligned with `pooled_gaps`' output."""
-    flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    if flat.size < 2:
-        return np.empty(0)
-    offsets = offset_lists.offsets.to_numpy()
-    row_send = np.repeat(np.asarray(send_unix_s, dtype=np.float64), np.diff(offsets))
-    bounds = offsets - offsets[0]
-    keep = np.ones(flat.size - 1, dtype=bool)
-    starts = bounds[1:-1]
-    keep[starts[(starts > 0) & (starts < flat.size)] - 1] = False
-    return (row_send + flat)[1:][keep]
 
 
 def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
@@ -176,7 +164,7 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
     intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
     good_offsets = table.column("chunk_offsets_s").combine_chunks().filter(pa.array(good))
-    itl = time_ordered(pooled_gaps(good_offsets), pooled_gap_arrivals(good_offsets, intended[good]))
+    itl = time_ordered(*pooled_gaps(good_offsets, intended[good]))
     window_start = float(intended[measured].min()) if measured.any() else None
     n_bins = max(1, int(np.ceil(window_s / bin_s)))
     tokens_per_bin = np.zeros(n_bins)
