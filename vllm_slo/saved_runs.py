@@ -94,9 +94,9 @@ def gate_mismatches(candidate: Group, baseline: Group) -> list[str]:
     workload must be one value over every trial of both sides. Seeds may differ from trial to
     trial, but both sides must have used the same set of seeds (the same prompt sequences)."""
     mismatches = []
-    trials = (*candidate.trials, *baseline.trials)
+    identities = [_identity(t) for t in (*candidate.trials, *baseline.trials)]
     for key in GATE_IDENTITY:
-        values = {json.dumps(_identity(t)[key], sort_keys=True) for t in trials}
+        values = {json.dumps(identity[key], sort_keys=True) for identity in identities}
         if len(values) > 1:
             mismatches.append(f"{key} differs: {' vs '.join(sorted(values))}")
     seeds = [sorted({t.scenario.traffic.seed for t in side.trials})
