@@ -163,7 +163,8 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         tpot_all = (e2e_all - ttft_all) / (tokens_all - 1.0)
     tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
     intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
-    good_offsets = table.column("chunk_offsets_s").combine_chunks().filter(pa.array(good))
+    chunk_offsets = table.column("chunk_offsets_s").combine_chunks()
+    good_offsets = chunk_offsets.filter(pa.array(good))
     itl = time_ordered(*pooled_gaps(good_offsets, intended[good]))
     window_start = float(intended[measured].min()) if measured.any() else None
     n_bins = max(1, int(np.ceil(window_s / bin_s)))
@@ -174,9 +175,8 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         inside = ok & (end_unix >= window_start) & (end_unix < window_start + n_bins * bin_s)
         index = ((end_unix[inside] - window_start) // bin_s).astype(int)
         np.add.at(completions_per_bin, index, 1.0)
-        offsets = table.column("chunk_offsets_s").combine_chunks().filter(pa.array(ok))
-        tokens_per_bin = tokens_by_arrival(offsets, intended[ok], tokens_all[ok], window_start,
-                                           bin_s, n_bins)
+        tokens_per_bin = tokens_by_arrival(chunk_offsets.filter(pa.array(ok)), intended[ok],
+                                           tokens_all[ok], window_start, bin_s, n_bins)
     queued = np.asarray(table.column("queued_for_slot").fill_null(False).to_numpy(
         zero_copy_only=False), dtype=bool)
     plan_index = table.column("plan_index").to_pylist()
