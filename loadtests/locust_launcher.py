@@ -42,7 +42,28 @@ class LocustResult:
         return None
 
 
-def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]:
+# cores a launched server keeps busy beside its GPU work (API server + EngineCore); on the CPU
+# platform vLLM's worker takes every core but one (see servers/vllm_server.py)
+GPU_SERVER_CORES = 2
+MAX_AUTO_WORKERS = 32
+
+
+def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> int:
+    """Locust worker processes for a run: `traffic.workers`, or for `auto` the host's cores
+    minus what the server needs (`server_share`: "gpu" launched on a GPU, "cpu" launched on
+    this CPU, "local" attached on loopback, "remote" attached elsewhere), at most one per user
+    (open loop: per in-flight slot) and at most MAX_AUTO_WORKERS."""
+    if traffic.workers != "auto":
+        return traffic.workers
+    keeps = {"gpu": GPU_SERVER_CORES, "cpu": cpu_count - 1, "local": 1, "remote": 0}[server_share]
+    arrival = traffic.arrival
+    users = arrival.max_in_flight if arrival.open_loop else max(
+        [arrival.users or 1, *(stage.users or 0 for stage in arrival.stages)])
+    return max(1, min(cpu_count - keeps, users, MAX_AUTO_WORKERS))
+
+
+def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int = 1
+                ) -> list[str]:
     """The Locust command line for a traffic spec (users, spawn rate, run time, user class)."""
     arrival = traffic.arrival
     closed_stages = arrival.kind == "stages" and not arrival.open_loop
@@ -59,8 +80,8 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec) -> list[str]
     argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
              "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
              "--vllm-slo-run-dir", str(run_dir.resolve())]
-    if traffic.processes > 1:
-        argv += ["--processes", str(traffic.processes)]
+    if workers > 1:
+        argv += ["--processes", str(workers)]
     argv.append("OpenLoopUser" if arrival.open_loop else "ClosedLoopUser")
     return argv
 
@@ -69,6 +90,7 @@ def run_locust(
     run_dir: Path,
     base_url: str,
     traffic: TrafficSpec,
+    workers: int,
     server_failure: Callable[[], str | None],
     progress: Callable[[float, float], None] = lambda elapsed_s, planned_s: None,
     progress_interval_s: float = 5.0,
@@ -79,7 +101,7 @@ def run_locust(
     hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            locust_argv(run_dir, base_url, traffic), stdout=log, stderr=subprocess.STDOUT,
+            locust_argv(run_dir, base_url, traffic, workers), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True)
     started = time.monotonic()
     next_progress = started + progress_interval_s

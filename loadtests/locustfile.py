@@ -35,6 +35,7 @@ from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
+from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
@@ -222,6 +223,7 @@ class _StreamingUser(User):
         RUN.start()
         self.user_id = RUN.next_user_id
         RUN.next_user_id += 1
+        self.requests_sent = 0
         self.client = HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key)
 
     def on_stop(self) -> None:
@@ -237,37 +239,19 @@ class _StreamingUser(User):
                   else flatten_for_completions(request.messages))
         body = request_body(traffic.endpoint, RUN.model_id, prompt, request.max_tokens,
                             traffic.ignore_eos, traffic.temperature)
+        # unique per run: process, user, the user's own request count, plan entry
+        request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
+        self.requests_sent += 1
         send_unix_s = time.time()
-        outcome = send_streamed(self.client, traffic.endpoint, body)
+        outcome = send_streamed(self.client, traffic.endpoint, body, request_id)
         if intended_perf_s is None:
             intended_perf_s = outcome.send_perf_s
-        intended_unix_s = send_unix_s - (outcome.send_perf_s - intended_perf_s)
-        RUN.record({
-            "request_id": f"{os.getpid()}-{self.user_id}-{position}-{request.index}",
-            "process_id": os.getpid(),
-            "user_id": self.user_id,
-            "plan_index": request.index,
-            "conversation_id": request.conversation_id,
-            "turn": request.turn,
-            "phase": RUN.phase(intended_perf_s - RUN.start_perf_s),
-            "endpoint": traffic.endpoint,
-            "intended_send_unix_s": intended_unix_s,
-            "send_unix_s": send_unix_s,
-            "send_lag_s": outcome.send_perf_s - intended_perf_s,
-            "queued_for_slot": queued,
-            "ttft_s": (outcome.content_chunk_perf_s[0] - intended_perf_s
-                       if outcome.content_chunk_perf_s else None),
-            "e2e_s": outcome.end_perf_s - intended_perf_s,
-            "chunk_offsets_s": [t - intended_perf_s for t in outcome.content_chunk_perf_s],
-            "output_tokens": outcome.output_tokens,
-            "prompt_tokens": outcome.prompt_tokens,
-            "prompt_tokens_planned": request.prompt_tokens,
-            "max_tokens": request.max_tokens,
-            "status_code": outcome.status_code,
-            "ok": outcome.ok,
-            "error": outcome.error,
-            "finish_reason": outcome.finish_reason,
-        })
+        RUN.record(request_row(
+            request_id=request_id,
+            process_id=os.getpid(), user_id=self.user_id, request=request,
+            endpoint=traffic.endpoint, phase=RUN.phase(intended_perf_s - RUN.start_perf_s),
+            intended_perf_s=intended_perf_s, send_unix_s=send_unix_s, queued=queued,
+            outcome=outcome))
         self.environment.events.request.fire(
             request_type="POST", name=f"{traffic.profile} {traffic.endpoint}",
             response_time=(outcome.end_perf_s - outcome.send_perf_s) * 1000.0,

@@ -113,7 +113,8 @@ def interpret(response: StreamedResponse, endpoint: str, send_perf_s: float) -> 
         finish_reason)
 
 
-def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes) -> RequestOutcome:
+def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes,
+                  request_id: str | None = None) -> RequestOutcome:
     send_perf_s = time.perf_counter()
-    response = client.request("POST", PATHS[endpoint], body)
+    response = client.request("POST", PATHS[endpoint], body, request_id)
     return interpret(response, endpoint, send_perf_s)

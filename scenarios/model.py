@@ -172,6 +172,14 @@ class ShareGptSpec(Frozen):
     all_turns: bool = True
 
 
+def _worker_count(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                           and 1 <= value <= 256):
+        return value
+    raise ValueError(f"expected 'auto' or a whole number of processes from 1 to 256, "
+                     f"got {value!r}")
+
+
 class TrafficSpec(Frozen):
     profile: Literal["chat", "long-doc", "sharegpt"] = "chat"
     endpoint: Literal["chat", "completions"] = "chat"
@@ -182,7 +190,9 @@ class TrafficSpec(Frozen):
     stop_timeout_s: Seconds = Field(60.0, alias="stop_timeout", gt=0)
     request_timeout_s: Seconds = Field(300.0, alias="request_timeout", gt=0)
     seed: int = 0
-    processes: int = Field(1, ge=1, le=256, description="Locust --processes")
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_worker_count)] = Field(
+        "auto", description="Locust worker processes (--processes N); auto: the host's cores "
+        "minus the launched server's share, at most one per user")
     ignore_eos: bool = Field(True, description="vLLM extension: exact output lengths")
     temperature: float = Field(0.0, ge=0)
     overlong: Literal["trim", "reject"] = Field(
@@ -195,9 +205,30 @@ class TrafficSpec(Frozen):
     max_send_lag_p99_s: Seconds = Field(
         0.05, alias="max_send_lag_p99", gt=0,
         description="a run whose p99 send lag exceeds this is flagged client-limited")
+    max_loop_lag_p99_s: Seconds = Field(
+        0.02, alias="max_loop_lag_p99", gt=0,
+        description="a run whose load-generator event-loop lag p99 exceeds this is flagged "
+        "client-limited (its timestamps are late by that much)")
+    min_held_concurrency: float = Field(
+        0.98, gt=0, le=1,
+        description="closed loop: a run whose users were busy (in flight or thinking) less than "
+        "this share of the measured window is flagged client-limited")
     chat: ChatSpec = Field(default_factory=ChatSpec)
     long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
     sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _processes_is_workers(cls, data: Any) -> Any:
+        """`processes` (the name before `workers`; saved run folders carry it) means workers."""
+        if isinstance(data, dict) and "processes" in data:
+            data = dict(data)
+            processes = data.pop("processes")
+            if "workers" in data and data["workers"] != processes:
+                raise ValueError(f"processes ({processes!r}) and workers ({data['workers']!r}) "
+                                 "both given: use workers")
+            data["workers"] = processes
+        return data
 
     @property
     def total_s(self) -> float:

@@ -21,6 +21,19 @@ _RECV_BYTES = 65536
 
 
 @dataclass(slots=True)
+class ReadCounters:
+    """Per-process totals of streamed-body reads, for the load generator's self-monitoring:
+    `sse_events / socket_reads` far above 1 means events waited in the socket buffer for a
+    late read (the client fell behind the server)."""
+
+    socket_reads: int = 0  # recv calls that returned body bytes of an SSE response
+    sse_events: int = 0  # SSE events those reads completed
+
+
+READ_COUNTERS = ReadCounters()
+
+
+@dataclass(slots=True)
 class StreamedResponse:
     """What came back; `events` pairs each SSE payload with the perf_counter of its arrival."""
 
@@ -116,12 +129,17 @@ class HttpStreamClient:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
         return sock
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> StreamedResponse:
-        """Send one request; SSE bodies are split into timestamped events as bytes arrive."""
+    def request(self, method: str, path: str, body: bytes | None = None,
+                request_id: str | None = None) -> StreamedResponse:
+        """Send one request; SSE bodies are split into timestamped events as bytes arrive.
+        `request_id` travels as `X-Request-Id` (vLLM uses it as its own request id, so server
+        logs and the stand-in's send log join the client's rows)."""
         head = (
             f"{method} {self.base_path}{path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
             f"User-Agent: vllm-slo\r\nAccept: */*\r\n{self._auth}"
         )
+        if request_id is not None:
+            head += f"X-Request-Id: {request_id}\r\n"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         payload = (head + "\r\n").encode("latin-1") + (body or b"")
@@ -179,6 +197,7 @@ class HttpStreamClient:
         decoder = _ChunkedDecoder() if chunked else None
         sse = SSEDecoder() if is_sse else None
         events = response.events
+        counters = READ_COUNTERS
         body_parts: list[bytes] = []
         arrived_at_s = response.headers_at_s
         data = rest
@@ -188,7 +207,10 @@ class HttpStreamClient:
                 if remaining is not None:
                     remaining -= len(data)
                 if sse is not None:
-                    for payload in sse.feed(piece):
+                    completed = sse.feed(piece)
+                    counters.socket_reads += 1
+                    counters.sse_events += len(completed)
+                    for payload in completed:
                         events.append((arrived_at_s, payload))
                 else:
                     body_parts.append(piece)

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
 from vllm_slo.loadtests.arrivals import arrival_offsets_s
-from vllm_slo.loadtests.locust_launcher import run_locust
+from vllm_slo.loadtests.locust_launcher import resolve_workers, run_locust
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.redaction import redact_secrets
@@ -128,6 +129,14 @@ def prepare_plan(traffic: TrafficSpec, model_path: str | None, base_url: str, mo
     return plan
 
 
+def _server_share(url: str | None, platform: str) -> str:
+    """What the server takes of this host's cores (for `traffic.workers: auto`)."""
+    if url is None:
+        return "gpu" if platform == "gpu" else "cpu"
+    host = urlsplit(url).hostname or ""
+    return "local" if host in ("localhost", "::1") or host.startswith("127.") else "remote"
+
+
 def reset_prefix_cache(base_url: str, api_key: str | None) -> str:
     """POST /reset_prefix_cache (vLLM with VLLM_SERVER_DEV_MODE=1). Returns what happened."""
     client = HttpStreamClient(base_url, timeout_s=30.0, api_key=api_key)
@@ -206,10 +215,13 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                 if provenance["prefix_cache_reset"] != "reset":
                     status["warnings"].append(
                         f"prefix cache {provenance['prefix_cache_reset']}")
+            workers = resolve_workers(traffic, os.cpu_count() or 1,
+                                      _server_share(spec.url, platform))
+            provenance["locust_workers"] = workers
             (run_dir / LOCUST_CONFIG_FILE).write_text(json.dumps({
                 "traffic": traffic.model_dump(mode="json", by_alias=True),
                 "model_id": ready.model_id, "api_key_env": spec.api_key_env,
-                "process_count": traffic.processes}))
+                "process_count": workers}))
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
 
             def show(elapsed_s: float, planned_s: float) -> None:
@@ -221,9 +233,10 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                     f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
                     f"{arrival.users} users")
             say(f"traffic: {traffic.profile}, {load}, warm-up {traffic.warmup_s:g}s + "
-                f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down")
+                f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
+                f"{workers} Locust worker process{'es' if workers > 1 else ''}")
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
-            locust = run_locust(run_dir, server.base_url, traffic, server.failure, show,
+            locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
                                 progress_interval_s=5.0 if interactive else 30.0)
             recorder.stop()
             status["server_failure"] = server.failure()

@@ -161,7 +161,9 @@ class StandinApp:
         chat: bool,
     ) -> bool:
         prefix = "chatcmpl" if chat else "cmpl"
-        trace = Trace(f"{prefix}-{uuid.uuid4().hex}", req.path, time.monotonic())
+        # as vLLM: the client's X-Request-Id, when sent, becomes the request's id
+        base_id = req.headers.get("x-request-id") or uuid.uuid4().hex
+        trace = Trace(f"{prefix}-{base_id}", req.path, time.monotonic())
         try:
             return await self._serve(req, reader, writer, chat, trace)
         except OSError:  # ConnectionResetError, BrokenPipeError: the client went away
