@@ -4,7 +4,7 @@ socket-timestamping client, and turn the timestamped SSE events into a `RequestO
 Definitions (README "Measurement definitions"): TTFT is the arrival of the first chunk that
 carries non-empty content (the empty role chunk never counts); chunk offsets are content-chunk
 arrivals; token counts come from the usage chunk, never from chunks. A 200 with an `error`
-event, or with no content at all, is a failed request.
+event, a malformed payload (not JSON, not UTF-8), or no content at all, is a failed request.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ class RequestOutcome:
     error: str | None
     content_chunk_perf_s: tuple[float, ...]  # arrival of each content-bearing chunk
     end_perf_s: float
-    text: str
     output_tokens: int | None
     prompt_tokens: int | None
     finish_reason: str | None
@@ -56,65 +55,118 @@ def _error_text(payload: object) -> str:
     return str(payload)
 
 
-def interpret(response: StreamedResponse, endpoint: str, send_perf_s: float) -> RequestOutcome:
-    """Pure: timestamped events -> outcome (runs after the stream ended, off the hot path)."""
-    end = response.ended_at_s if response.ended_at_s is not None else send_perf_s
-    if response.transport_error and not response.events:
-        return RequestOutcome(send_perf_s, response.status, False, response.transport_error, (),
-                              end, "", None, None, None)
-    if response.status != 200:
-        body = response.body.decode("utf-8", "replace")
+class OutcomeBuilder:
+    """Classifies each SSE payload as it arrives (right after its arrival was stamped), so the
+    work is spread over the stream instead of landing in one burst at its end — a burst that,
+    when many streams end together (closed loop), delayed every other stream's reads by
+    milliseconds. Pure: no I/O.
+
+    vLLM's token chunks all look alike; one that carries content, has `finish_reason: null`,
+    no usage and no error, is well-formed UTF-8 and one JSON object's braces takes the fast
+    path (a few byte searches, no JSON parsing). Everything else — the role chunk, the last
+    token chunk, the usage chunk, error events, anything unusual — is parsed with `json`.
+    """
+
+    __slots__ = ("_content_key", "_endpoint", "chunk_times", "done", "error", "fast_events",
+                 "finish_reason", "usage")
+
+    def __init__(self, endpoint: str) -> None:
+        self._endpoint = endpoint
+        self._content_key = b'"content":"' if endpoint == "chat" else b'"text":"'
+        self.chunk_times: list[float] = []
+        self.usage: dict | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.done = False
+        self.fast_events = 0
+
+    def event(self, arrived_at_s: float, payload: bytes) -> None:
+        key = self._content_key
+        at = payload.find(key)
+        if (at > 0 and payload[at + len(key)] != 34  # 34: '"' — an empty string is no content
+                and payload[0] == 123 and payload[-1] == 125  # '{' ... '}'
+                and b'"finish_reason":null' in payload and b'"usage"' not in payload
+                and b'"error"' not in payload and _is_utf8(payload)):
+            self.chunk_times.append(arrived_at_s)
+            self.fast_events += 1
+            return
+        self._parse(arrived_at_s, payload)
+
+    def _parse(self, arrived_at_s: float, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
         try:
-            detail = _error_text(json.loads(body))
-        except json.JSONDecodeError:
-            detail = body[:500]
-        return RequestOutcome(send_perf_s, response.status, False,
-                              f"HTTP {response.status}: {detail}".strip(), (), end, "", None,
-                              None, None)
-    chunk_times: list[float] = []
-    pieces: list[str] = []
-    usage: dict | None = None
-    finish_reason = None
-    error = None
-    done = False
-    for arrived_at_s, data in response.events:
-        if data == "[DONE]":
-            done = True
-            continue
-        try:
-            payload = json.loads(data)
-        except json.JSONDecodeError:
-            error = f"malformed SSE payload: {data[:200]!r}"
-            continue
-        if "error" in payload:
-            error = f"error event: {_error_text(payload)}"
-            continue
-        if payload.get("usage"):
-            usage = payload["usage"]
-        for choice in payload.get("choices") or ():
-            piece = (choice.get("delta") or {}).get("content") if endpoint == "chat" \
-                else choice.get("text")
+            parsed = json.loads(payload)
+        except ValueError:  # bad JSON, or bytes that are not UTF-8
+            self.error = f"malformed SSE payload: {payload[:200]!r}"
+            return
+        if not isinstance(parsed, dict):
+            self.error = f"malformed SSE payload: {payload[:200]!r}"
+            return
+        if "error" in parsed:
+            self.error = f"error event: {_error_text(parsed)}"
+            return
+        if parsed.get("usage"):
+            self.usage = parsed["usage"]
+        for choice in parsed.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            piece = ((choice.get("delta") or {}).get("content") if self._endpoint == "chat"
+                     else choice.get("text"))
             if piece:
-                chunk_times.append(arrived_at_s)
-                pieces.append(piece)
+                self.chunk_times.append(arrived_at_s)
             if choice.get("finish_reason"):
-                finish_reason = choice["finish_reason"]
-    if error is None and response.transport_error:
-        error = response.transport_error
-    if error is None and not done:
-        error = "stream ended without [DONE]"
-    if error is None and not chunk_times:
-        error = "HTTP 200 but no content tokens"
-    return RequestOutcome(
-        send_perf_s, response.status, error is None, error, tuple(chunk_times), end,
-        "".join(pieces),
-        usage.get("completion_tokens") if usage else None,
-        usage.get("prompt_tokens") if usage else None,
-        finish_reason)
+                self.finish_reason = choice["finish_reason"]
+
+    def outcome(self, response: StreamedResponse, send_perf_s: float) -> RequestOutcome:
+        end = response.ended_at_s if response.ended_at_s is not None else send_perf_s
+        if response.transport_error and not self.chunk_times and not self.done:
+            return RequestOutcome(send_perf_s, response.status, False, response.transport_error,
+                                  (), end, None, None, None)
+        if response.status != 200:
+            body = response.body.decode("utf-8", "replace")
+            try:
+                detail = _error_text(json.loads(body))
+            except json.JSONDecodeError:
+                detail = body[:500]
+            return RequestOutcome(send_perf_s, response.status, False,
+                                  f"HTTP {response.status}: {detail}".strip(), (), end, None,
+                                  None, None)
+        error = self.error
+        if error is None and response.transport_error:
+            error = response.transport_error
+        if error is None and not self.done:
+            error = "stream ended without [DONE]"
+        if error is None and not self.chunk_times:
+            error = "HTTP 200 but no content tokens"
+        usage = self.usage
+        return RequestOutcome(
+            send_perf_s, response.status, error is None, error, tuple(self.chunk_times), end,
+            usage.get("completion_tokens") if usage else None,
+            usage.get("prompt_tokens") if usage else None,
+            self.finish_reason)
+
+
+def _is_utf8(payload: bytes) -> bool:
+    try:
+        payload.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def interpret(response: StreamedResponse, endpoint: str, send_perf_s: float) -> RequestOutcome:
+    """Pure: a response whose SSE events were collected (`response.events`) -> outcome."""
+    builder = OutcomeBuilder(endpoint)
+    for arrived_at_s, payload in response.events:
+        builder.event(arrived_at_s, payload)
+    return builder.outcome(response, send_perf_s)
 
 
 def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes,
                   request_id: str | None = None) -> RequestOutcome:
+    builder = OutcomeBuilder(endpoint)
     send_perf_s = time.perf_counter()
-    response = client.request("POST", PATHS[endpoint], body, request_id)
-    return interpret(response, endpoint, send_perf_s)
+    response = client.request("POST", PATHS[endpoint], body, request_id, builder.event)
+    return builder.outcome(response, send_perf_s)

@@ -3,8 +3,10 @@
 Why not requests/httpx: the measurement must be taken at the socket. Each `recv` returns as soon
 as any bytes arrive (never a fixed-size read that waits for n bytes), its arrival time is taken
 with `perf_counter` right after it returns, chunked framing and SSE lines are split in the same
-pass, and JSON is parsed only after the stream ends. Works on plain sockets and, inside Locust,
-on gevent's cooperative ones (Locust monkey-patches `socket`). Keep-alive is kept per client.
+pass (with fast paths for one whole chunk / one whole event per read, how vLLM writes), and JSON
+is never parsed here: the caller gets each payload right after its stamp. Works on plain
+sockets and, inside Locust, on gevent's cooperative ones (Locust monkey-patches `socket`).
+Keep-alive is kept per client.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -40,7 +43,7 @@ class StreamedResponse:
     status: int = 0
     reason: str = ""
     headers: dict[str, str] = field(default_factory=dict)
-    events: list[tuple[float, str]] = field(default_factory=list)
+    events: list[tuple[float, bytes]] = field(default_factory=list)
     body: bytes = b""  # non-SSE bodies (errors, JSON)
     headers_at_s: float | None = None
     ended_at_s: float | None = None
@@ -63,6 +66,16 @@ class _ChunkedDecoder:
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
+        if not self._buffer and self._state == "size":
+            # the common case: the piece is exactly one whole chunk (`SIZE\r\nDATA\r\n`)
+            line_end = data.find(b"\r\n")
+            if 0 < line_end <= 8:
+                try:
+                    size = int(data[:line_end], 16)
+                except ValueError:
+                    size = -1
+                if size > 0 and len(data) == line_end + size + 4 and data[-2:] == b"\r\n":
+                    return data[line_end + 2 : -2]
         buffer = self._buffer + data
         out = []
         position = 0
@@ -130,10 +143,12 @@ class HttpStreamClient:
         return sock
 
     def request(self, method: str, path: str, body: bytes | None = None,
-                request_id: str | None = None) -> StreamedResponse:
-        """Send one request; SSE bodies are split into timestamped events as bytes arrive.
-        `request_id` travels as `X-Request-Id` (vLLM uses it as its own request id, so server
-        logs and the stand-in's send log join the client's rows)."""
+                request_id: str | None = None,
+                on_event: Callable[[float, bytes], None] | None = None) -> StreamedResponse:
+        """Send one request; SSE bodies are split into timestamped events as bytes arrive,
+        collected in `events` or, with `on_event`, handed over one by one right after their
+        read was stamped. `request_id` travels as `X-Request-Id` (vLLM uses it as its own
+        request id, so server logs and the stand-in's send log join the client's rows)."""
         head = (
             f"{method} {self.base_path}{path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
             f"User-Agent: vllm-slo\r\nAccept: */*\r\n{self._auth}"
@@ -149,7 +164,7 @@ class HttpStreamClient:
                 if self._sock is None:
                     self._sock = self._connect()
                 self._sock.sendall(payload)
-                return self._read_response(self._sock)
+                return self._read_response(self._sock, on_event)
             except _NothingReceived as exc:
                 self.close()
                 if not (reused and attempt == 1):  # a stale keep-alive socket is retried once
@@ -161,7 +176,9 @@ class HttpStreamClient:
                                         ended_at_s=time.perf_counter())
         raise AssertionError("unreachable")
 
-    def _read_response(self, sock: socket.socket) -> StreamedResponse:
+    def _read_response(self, sock: socket.socket,
+                       on_event: Callable[[float, bytes], None] | None = None
+                       ) -> StreamedResponse:
         response = StreamedResponse()
         perf_counter = time.perf_counter
         deadline = perf_counter() + self.timeout_s
@@ -211,7 +228,10 @@ class HttpStreamClient:
                     counters.socket_reads += 1
                     counters.sse_events += len(completed)
                     for payload in completed:
-                        events.append((arrived_at_s, payload))
+                        if on_event is None:
+                            events.append((arrived_at_s, payload))
+                        else:
+                            on_event(arrived_at_s, payload)
                 else:
                     body_parts.append(piece)
             if (decoder is not None and decoder.done) or (remaining is not None and remaining <= 0):

@@ -45,7 +45,11 @@ def probe_completion(client: HttpStreamClient, model_id: str) -> str | None:
             problems.append(f"{path}: {response.status} {response.transport_error or ''}"
                             f"{response.body[:300].decode('utf-8', 'replace')}")
             continue
-        payloads = [json.loads(data) for _, data in response.events if data != "[DONE]"]
+        try:
+            payloads = [json.loads(data) for _, data in response.events if data != b"[DONE]"]
+        except ValueError as error:
+            problems.append(f"{path}: malformed SSE payload ({error})")
+            continue
         if any("error" in payload for payload in payloads):
             problems.append(f"{path}: error event {payloads}")
             continue

@@ -3,7 +3,8 @@
 Fed raw body bytes as they arrive, in pieces of any size; returns the `data` payload of each
 event completed by that piece. Follows the SSE spec for what matters here: lines end in LF,
 CRLF or CR; `data:` fields of one event join with LF; comment lines (`:`) and other fields are
-ignored; an event ends at a blank line. Pure, no I/O, no JSON parsing (done after the stream).
+ignored; an event ends at a blank line. Pure, no I/O, no JSON parsing, no decoding: payloads
+are bytes.
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ class SSEDecoder:
         self._has_data = False
         self._skip_lf = False  # a CR ended the previous piece; a leading LF belongs to it
 
-    def feed(self, piece: bytes) -> list[str]:
-        """Decode a piece of body; return payloads of the events it completed, in order."""
+    def feed(self, piece: bytes) -> list[bytes]:
+        """Decode a piece of body; return payloads of the events it completed, in order.
+        Payloads are bytes (UTF-8 is checked by whoever reads them)."""
+        if (not self._pending and not self._has_data and not self._skip_lf
+                and piece[:6] == b"data: " and piece[-2:] == b"\n\n"):
+            # the common case: one whole `data: ...` event per piece (how vLLM writes)
+            payload = piece[6:-2]
+            if b"\n" not in payload and b"\r" not in payload:
+                return [payload]
         if self._skip_lf and piece[:1] == b"\n":
             piece = piece[1:]
         self._skip_lf = False
         buffer = self._pending + piece
-        events: list[str] = []
+        events: list[bytes] = []
         start = 0
         length = len(buffer)
         while start < length:
@@ -46,10 +54,10 @@ class SSEDecoder:
         self._pending = buffer[start:]
         return events
 
-    def _line(self, line: bytes, events: list[str]) -> None:
+    def _line(self, line: bytes, events: list[bytes]) -> None:
         if not line:
             if self._has_data:
-                events.append(b"\n".join(self._data).decode("utf-8", "replace"))
+                events.append(b"\n".join(self._data))
             self._data = []
             self._has_data = False
             return

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import signal
 import sys
 from collections.abc import Sequence
 
 from vllm_slo.servers.standin.app import StandinApp
-from vllm_slo.servers.standin.config import HOST, StandinConfig
+from vllm_slo.servers.standin.config import HOST, RequestRecord, StandinConfig
 from vllm_slo.servers.standin.faults import FAULT_KINDS
 
 READY_PREFIX = "STANDIN READY "
@@ -42,7 +44,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault-rate", type=float, default=d.fault_rate, help="share of requests with --fault"
     )
     p.add_argument("--seed", type=int, default=d.seed, help="seed for faults and jitter")
+    p.add_argument(
+        "--record", default=None, metavar="FILE",
+        help="append one JSON line per completion request: what was really sent and when "
+        "(time.monotonic() seconds, the clock perf_counter reads on Linux) — the truth a "
+        "client's measurement is checked against",
+    )
     return p
+
+
+class RecordLog:
+    """The stand-in's send log: a JSON line per completion request, buffered, written at exit
+    and whenever 256 records have gathered (so a long run does not grow in memory)."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+        self._pending: list[str] = []
+
+    def add(self, record: RequestRecord) -> None:
+        self._pending.append(json.dumps(dataclasses.asdict(record), separators=(",", ":")))
+        if len(self._pending) >= 256:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._file.write("\n".join(self._pending) + "\n")
+            self._file.flush()
+            self._pending = []
+
+    def close(self) -> None:
+        self.flush()
+        self._file.close()
 
 
 def config_from_args(args: argparse.Namespace) -> StandinConfig:
@@ -62,8 +94,8 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
     )
 
 
-async def _serve_forever(config: StandinConfig, port: int) -> int:
-    app = StandinApp(config)
+async def _serve_forever(config: StandinConfig, port: int, log: RecordLog | None) -> int:
+    app = StandinApp(config, on_record=log.add if log is not None else None)
     try:
         bound = await app.start(port)
     except OSError as exc:
@@ -92,4 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve_forever(config, args.port))
+    log = RecordLog(args.record) if args.record else None
+    try:
+        return asyncio.run(_serve_forever(config, args.port, log))
+    finally:
+        if log is not None:
+            log.close()

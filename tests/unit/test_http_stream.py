@@ -30,11 +30,11 @@ class PiecewiseSocket:
 def test_recorded_chat_stream_in_pieces(piece_bytes: int) -> None:
     raw = (DATA / "vllm_chat_stream.bin").read_bytes()
     client = HttpStreamClient("http://127.0.0.1:1")
-    response = client._read_response(PiecewiseSocket(raw, piece_bytes))
+    response = client._read_response(PiecewiseSocket(raw, piece_bytes), None)
     assert response.status == 200
     assert response.transport_error is None
     payloads = [data for _, data in response.events]
-    assert payloads[-1] == "[DONE]"
+    assert payloads[-1] == b"[DONE]"
     chunks = [json.loads(p) for p in payloads[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert chunks[-1]["usage"]["completion_tokens"] == 12
@@ -46,7 +46,7 @@ def test_recorded_chat_stream_in_pieces(piece_bytes: int) -> None:
 
 def test_error_status_body_is_kept() -> None:
     raw = (DATA / "vllm_too_long_400.bin").read_bytes()
-    response = HttpStreamClient("http://127.0.0.1:1")._read_response(PiecewiseSocket(raw, 5))
+    response = HttpStreamClient("http://127.0.0.1:1")._read_response(PiecewiseSocket(raw, 5), None)
     assert response.status == 400
     assert b"maximum context length" in response.body
     assert response.events == []
@@ -58,6 +58,19 @@ def test_chunked_decoder_handles_extensions_and_trailers() -> None:
     out = b"".join(decoder.feed(framed[i : i + 1]) for i in range(len(framed)))
     assert out == b"Wikipedia"
     assert decoder.done
+
+
+def test_chunked_decoder_whole_chunk_per_read_agrees_with_the_general_path() -> None:
+    """One whole chunk per read (how vLLM's writes arrive) takes a shortcut; it must give the
+    same bytes, and chunks split or joined across reads must still decode."""
+    chunks = [b"data: {}\n\n", b"x" * 300, b"\r\n"]
+    framed = [b"%x\r\n%s\r\n" % (len(c), c) for c in chunks]
+    one_per_read = _ChunkedDecoder()
+    assert [one_per_read.feed(f) for f in framed] == chunks
+    joined = _ChunkedDecoder()
+    assert joined.feed(b"".join(framed) + b"0\r\n\r\n") == b"".join(chunks) and joined.done
+    split = _ChunkedDecoder()
+    assert b"".join(split.feed(f[:3]) + split.feed(f[3:]) for f in framed) == b"".join(chunks)
 
 
 def test_chunked_decoder_rejects_garbage() -> None:
