@@ -37,7 +37,7 @@ def stream_files(run_dir: Path) -> list[Path]:
 
 
 def read_streams(paths: Iterable[Path]) -> pa.Table:
-    tables = [read_stream_tolerant(path) for path in paths]
+    tables = [conform(read_stream_tolerant(path)) for path in paths]
     if not tables:
         return SAMPLE_SCHEMA.empty_table()
     return pa.concat_tables(tables).sort_by(ROW_ORDER)
@@ -51,10 +51,16 @@ def consolidate(run_dir: Path) -> pa.Table:
 
 
 def conform(table: pa.Table) -> pa.Table:
-    """A table in the current schema: columns added since it was written are null-filled."""
-    columns = [table.column(f.name) if f.name in table.column_names
-               else pa.nulls(table.num_rows, f.type) for f in SAMPLE_SCHEMA]
-    return pa.Table.from_arrays(columns, schema=SAMPLE_SCHEMA) if columns else table
+    """A table in the current schema: columns added since it was written are null-filled, and
+    columns whose type changed are cast (schema 1's float64 chunk offsets become float32)."""
+    columns = []
+    for field in SAMPLE_SCHEMA:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        columns.append(column if column.type == field.type else column.cast(field.type))
+    return pa.Table.from_arrays(columns, schema=SAMPLE_SCHEMA)
 
 
 def load_samples(run_dir: Path) -> pa.Table:

@@ -4,19 +4,34 @@ columnar schema, appended by each Locust process to its own Arrow IPC stream
 (`samples/samples-<host>-<pid>.arrows`) and flushed about every second, so a crash loses
 seconds, not the run; a truncated stream is read up to its last complete batch.
 Durations are seconds (float64); wall-clock columns are Unix seconds.
+
+`chunk_offsets_s` (the arrival of every content chunk, in seconds after the request's intended
+send) is float32 since schema 2: 4 bytes a chunk, so 250 M chunks are 1 GB, at a resolution of
+2^-24 of the offset (≤ 0.5 µs below 8 s, ≤ 4 µs below 60 s, ≤ 61 µs below 1,000 s). Schema 1
+files (float64 offsets) stay readable: `reports.samples.conform` casts them.
+
+`SampleWriter` runs inside the Locust process's event loop: `append` files a row's values into
+per-column buffers (the offsets into one flat float32 array) and `flush` builds each column
+once, so a flush of 200 rows × 256 chunks costs about a millisecond, not the tens of
+milliseconds of building a batch from row dicts (`benchmarks/analysis_scale.py --writer`).
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: chunk_offsets_s float32 (was float64)
 SAMPLES_DIR = "samples"
 SAMPLES_FILE = "samples.parquet"
+OFFSETS_COLUMN = "chunk_offsets_s"
+OFFSET_TYPE = pa.float32()
 
 SAMPLE_SCHEMA = pa.schema([
     pa.field("request_id", pa.string(), nullable=False),
@@ -33,7 +48,7 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("queued_for_slot", pa.bool_()),  # open loop: every in-flight slot was busy
     pa.field("ttft_s", pa.float64()),  # first content chunk - intended send; null if none
     pa.field("e2e_s", pa.float64()),  # end of response - intended send
-    pa.field("chunk_offsets_s", pa.list_(pa.float64())),  # content chunks - intended send
+    pa.field(OFFSETS_COLUMN, pa.list_(OFFSET_TYPE)),  # content chunks - intended send
     pa.field("output_tokens", pa.int32()),  # from the usage chunk
     pa.field("prompt_tokens", pa.int32()),  # from the usage chunk
     pa.field("prompt_tokens_planned", pa.int32()),  # message contents, by the tokenizer
@@ -44,28 +59,70 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("finish_reason", pa.string()),
 ], metadata={"vllm_slo_samples_schema": str(SCHEMA_VERSION)})
 
+_SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name != OFFSETS_COLUMN)
+
+
+def _float32_offsets(offsets: Sequence[float] | np.ndarray) -> array:
+    """One row's offsets as a float32 array (None elements, which nothing writes, read NaN)."""
+    if isinstance(offsets, np.ndarray):
+        return array("f", np.ascontiguousarray(offsets, dtype=np.float32).tobytes())
+    try:
+        return array("f", offsets)
+    except TypeError:
+        return array("f", [float("nan") if v is None else v for v in offsets])
+
 
 class SampleWriter:
-    """Appends rows to an Arrow IPC stream; `flush()` writes buffered rows as one batch."""
+    """Appends rows to an Arrow IPC stream; `flush()` writes buffered rows as one batch.
+
+    A row is a dict keyed by SAMPLE_SCHEMA's names (missing keys are null); its
+    `chunk_offsets_s` is a sequence of float seconds or a numpy array (stored as float32)."""
 
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._sink = pa.OSFile(str(path), "wb")
         self._writer = ipc.new_stream(self._sink, SAMPLE_SCHEMA)
-        self._rows: list[dict[str, Any]] = []
         self.rows_written = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._columns: dict[str, list[Any]] = {f.name: [] for f in _SCALAR_FIELDS}
+        self._flat = array("f")
+        self._ends = array("i", [0])  # list offsets into _flat
+        self._missing: list[bool] = []  # rows without chunk_offsets_s (a null list)
+        self._rows = 0
 
     def append(self, row: dict[str, Any]) -> None:
-        self._rows.append(row)
+        get = row.get
+        for name, column in self._columns.items():
+            column.append(get(name))
+        offsets = get(OFFSETS_COLUMN)
+        if offsets is not None:
+            self._flat.extend(_float32_offsets(offsets))
+        self._missing.append(offsets is None)
+        self._ends.append(len(self._flat))
+        self._rows += 1
+
+    def _batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(self._columns[f.name], type=f.type) for f in _SCALAR_FIELDS]
+        values = pa.array(np.frombuffer(self._flat, dtype=np.float32), type=OFFSET_TYPE)
+        mask = pa.array(self._missing, type=pa.bool_()) if any(self._missing) else None
+        offsets = pa.ListArray.from_arrays(
+            pa.array(np.frombuffer(self._ends, dtype=np.int32)), values, mask=mask)
+        by_name = dict(zip((f.name for f in _SCALAR_FIELDS), arrays, strict=True))
+        by_name[OFFSETS_COLUMN] = offsets
+        return pa.RecordBatch.from_arrays([by_name[f.name] for f in SAMPLE_SCHEMA],
+                                          schema=SAMPLE_SCHEMA)
 
     def flush(self) -> None:
         if not self._rows:
             return
-        rows, self._rows = self._rows, []
-        self._writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=SAMPLE_SCHEMA))
+        batch, rows = self._batch(), self._rows
+        self._reset()
+        self._writer.write_batch(batch)
         self._sink.flush()
-        self.rows_written += len(rows)
+        self.rows_written += rows
 
     def close(self) -> None:
         self.flush()
@@ -74,11 +131,15 @@ class SampleWriter:
 
 
 def read_stream_tolerant(path: Path) -> pa.Table:
-    """All complete batches of an Arrow IPC stream, also when the writer died mid-file."""
+    """All complete batches of an Arrow IPC stream, also when the writer died mid-file, in the
+    schema the file was written with (`reports.samples.conform` brings older ones to today's);
+    an empty table in SAMPLE_SCHEMA when not even a schema was written."""
     batches = []
+    schema = SAMPLE_SCHEMA
     try:
         with pa.OSFile(str(path), "rb") as source:
             reader = ipc.open_stream(source)
+            schema = reader.schema
             while True:
                 try:
                     batches.append(reader.read_next_batch())
@@ -88,7 +149,7 @@ def read_stream_tolerant(path: Path) -> pa.Table:
                     break  # truncated tail: keep what was complete
     except (pa.ArrowInvalid, OSError):
         pass  # not even a schema was written
-    return pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+    return pa.Table.from_batches(batches, schema=schema)
 
 # Time order of rows: intended send time, ties broken by request id, so the order (and every
 # autocorrelation estimated on it) never depends on how the per-process streams were

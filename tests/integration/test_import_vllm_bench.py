@@ -144,7 +144,7 @@ def test_rows_carry_the_files_numbers(live_import, live_files: list[Path],
         assert np.allclose(pick("e2e_s"), data["latencies"])
         for i, offsets in zip(order, rows["chunk_offsets_s"], strict=True):
             assert len(offsets) == len(data["itls"][i]) + 1
-            assert np.allclose(np.diff(offsets), data["itls"][i])
+            assert np.allclose(np.diff(offsets), data["itls"][i], atol=1e-5)  # float32
         sends = pick("send_unix_s")
         starts = np.asarray(data["start_times"])
         assert np.allclose(sends - sends.min(), starts - starts.min(), atol=1e-6)
