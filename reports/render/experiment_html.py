@@ -16,7 +16,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 import yaml
-from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from vllm_slo.reports.analysis.comparison import (
@@ -34,6 +33,7 @@ from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import colour, figure_json, latency_ecdf_figure, plot_text
 from vllm_slo.reports.render.html import FigureView, render_template
+from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,
@@ -317,7 +317,7 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
         else "Scenario",
         scenario_yaml=yaml.safe_dump(dict(summary.scenario), sort_keys=False,
                                      allow_unicode=True),
-        plotly_js=get_plotlyjs())
+        plotly_js=plotly_js())
 
 
 def render_experiment_html(view: ExperimentView) -> str:

@@ -1,6 +1,6 @@
 """The self-contained HTML report: a `ReportView` value is built first (all formatting and every
 decision here), then a logic-free Jinja2 template (autoescape, StrictUndefined) lays it out.
-Plotly's JS is inlined, so the file opens offline.
+plotly.js (the basic partial bundle, `plotly_bundle`) is inlined, so the file opens offline.
 
 Safety: every string reaches the page through Jinja2's autoescape; Plotly specs travel as JSON
 inside `<script type="application/json">` with `<`, `>`, `&` and U+2028/9 escaped
@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
-from plotly.offline import get_plotlyjs
 
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
 from vllm_slo.reports.analysis.server_metrics import build_server_series
@@ -48,6 +47,7 @@ from vllm_slo.reports.render.figures import (
     throughput_figure,
     timeline_figure,
 )
+from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import (
     format_interval,
     format_latency,
@@ -346,7 +346,7 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         scenario_yaml=yaml.safe_dump(scenario, sort_keys=False, allow_unicode=True),
         warnings=[redact_text(w) for w in summary.warnings],
         invalid_reasons=[redact_text(r) for r in summary.invalid_reasons],
-        plotly_js=get_plotlyjs())
+        plotly_js=plotly_js())
 
 
 @functools.cache
