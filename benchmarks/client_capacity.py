@@ -142,18 +142,28 @@ class CpuSampler:
         return float((c[-1] - c[0]) / (t[-1] - t[0])), float(per_second.max())
 
 
-def start_standin(args: argparse.Namespace, record: Path) -> tuple[subprocess.Popen, str]:
+def start_standins(args: argparse.Namespace, folder: Path
+                   ) -> tuple[list[subprocess.Popen], str, list[Path]]:
+    """`--standin-processes` stand-ins sharing one port (SO_REUSEPORT), each with its own
+    send log, all pinned to `--standin-cpus`."""
     port = free_port()
-    argv = pinned(args.standin_cpus, [
-        args.python, "-m", "vllm_slo.servers.standin", "--port", str(port),
-        "--ttft", str(args.ttft), "--itl", str(args.itl),
-        "--default-max-tokens", str(args.tokens), "--max-model-len", "4096",
-        "--record", str(record)])
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    line = process.stdout.readline() if process.stdout else ""
-    if "READY" not in line:
-        raise RuntimeError(f"the stand-in did not start: {line!r}")
-    return process, line.split()[-1]
+    processes, records = [], []
+    for k in range(args.standin_processes):
+        record = folder / f"standin-{k}.jsonl"
+        record.unlink(missing_ok=True)
+        argv = pinned(args.standin_cpus, [
+            args.python, "-m", "vllm_slo.servers.standin", "--port", str(port),
+            "--ttft", str(args.ttft), "--itl", str(args.itl),
+            "--default-max-tokens", str(args.tokens), "--max-model-len", "4096",
+            "--record", str(record), *(["--reuse-port"] if args.standin_processes > 1 else [])])
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        line = process.stdout.readline() if process.stdout else ""
+        if "READY" not in line:
+            raise RuntimeError(f"the stand-in did not start: {line!r}")
+        processes.append(process)
+        records.append(record)
+    return processes, f"http://127.0.0.1:{port}", records
 
 
 def stop_group(process: subprocess.Popen, timeout_s: float = 20.0) -> None:
@@ -235,7 +245,9 @@ def bench_command(args: argparse.Namespace, url: str, concurrency: int, folder: 
                   tokenizer: Path) -> list[str]:
     per_stream_s = args.ttft + (args.tokens - 1) * args.itl
     prompts = int(concurrency * ((args.warmup + args.duration) / per_stream_s + 1))
-    return [args.python, "-m", "vllm_slo.servers.vllm_cli", "bench", "serve",
+    vllm = (args.bench_command.split() if args.bench_command
+            else [args.python, "-m", "vllm_slo.servers.vllm_cli"])
+    return [*vllm, "bench", "serve",
             "--backend", "vllm", "--endpoint", "/v1/completions", "--base-url", url,
             "--model", "standin", "--tokenizer", str(tokenizer), "--dataset-name", "random",
             "--random-input-len", "32", "--random-output-len", str(args.tokens),
@@ -335,10 +347,8 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
              tokenizer: Path) -> Cell:
     folder = out / f"c{concurrency}-{client}"
     folder.mkdir(parents=True, exist_ok=True)
-    record = folder / "standin.jsonl"
-    record.unlink(missing_ok=True)
     cell = Cell(concurrency, client)
-    standin, url = start_standin(args, record)
+    standins, url, record_paths = start_standins(args, folder)
     env = {**os.environ, "FASTHTTP_LOG": str(folder / "fasthttp.jsonl"),
            "FASTHTTP_MAX_TOKENS": str(args.tokens), "HF_HUB_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -363,11 +373,12 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
         if process.returncode not in (0, 1, 3):
             cell.notes.append(f"client exited {process.returncode} (see {folder}/client.log)")
     finally:
-        stop_group(standin)
+        for standin in standins:
+            stop_group(standin)
     requests = {"suite": lambda: suite_requests(folder, clock_offset_s),
                 "fasthttp": lambda: fasthttp_requests(folder),
                 "vllm-bench": lambda: bench_requests(folder)}[client]()
-    records = read_records(record)
+    records = [r for path in record_paths for r in read_records(path)]
     analyse(cell, args, records, requests)
     if records:
         t0 = min(r["receipt_s"] for r in records)
@@ -380,7 +391,8 @@ def table(cells: list[Cell], args: argparse.Namespace) -> str:
     head = (f"stand-in: TTFT {args.ttft * 1e3:g} ms, ITL {args.itl * 1e3:g} ms, {args.tokens} "
             f"tokens; window {args.duration:g} s after {args.warmup:g} s; client workers "
             f"{args.workers}; client CPUs {args.client_cpus or 'any'}, stand-in CPUs "
-            f"{args.standin_cpus or 'any'}")
+            f"{args.standin_cpus or 'any'} ({args.standin_processes} process(es)); "
+            f"host {os.cpu_count()} cores")
     lines = [head, "",
              "| C | client | received / ideal (stand-in emitted) | in flight (mean) | "
              "client CPU mean / max | TTFT error p50 / p99 ms | ITL error p50 / p99 ms | "
@@ -413,14 +425,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--workers", type=int, default=1, help="client processes")
     parser.add_argument("--standin-cpus", default=None, help="taskset list, e.g. 0")
+    parser.add_argument("--standin-processes", type=int, default=1,
+                        help="stand-in processes sharing the port (one event loop writes "
+                        "~10-20k chunks/s)")
+    parser.add_argument("--bench-command", default=None,
+                        help="how to run `vllm` (default: the suite's shim for the CPU "
+                        "build); e.g. 'python3 -m vllm.entrypoints.cli.main'")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="tokenizer folder (default: the suite's tiny model, built once)")
     parser.add_argument("--client-cpus", default=None, help="taskset list, e.g. 1")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--out", type=Path, default=Path("runs/client-capacity"))
     parser.add_argument("--json", type=Path, default=None, help="also write the cells here")
     args = parser.parse_args(argv)
-    from vllm_slo.servers.tiny_model import ensure_tiny_model
+    if args.tokenizer is None:
+        from vllm_slo.servers.tiny_model import ensure_tiny_model
 
-    tokenizer = ensure_tiny_model()
+        tokenizer = ensure_tiny_model()
+    else:
+        tokenizer = args.tokenizer.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     cells = []
     for concurrency in args.concurrency:

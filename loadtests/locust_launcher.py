@@ -42,8 +42,8 @@ class LocustResult:
         return None
 
 
-# cores a launched server keeps busy beside its GPU work (API server + EngineCore); on the CPU
-# platform vLLM's worker takes every core but one (see servers/vllm_server.py)
+# cores a vLLM server keeps busy beside its GPU work (API server + EngineCore), also assumed
+# for a server attached on loopback; on the CPU platform vLLM's worker takes every core but one
 GPU_SERVER_CORES = 2
 MAX_AUTO_WORKERS = 32
 
@@ -55,7 +55,8 @@ def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> 
     (open loop: per in-flight slot) and at most MAX_AUTO_WORKERS."""
     if traffic.workers != "auto":
         return traffic.workers
-    keeps = {"gpu": GPU_SERVER_CORES, "cpu": cpu_count - 1, "local": 1, "remote": 0}[server_share]
+    keeps = {"gpu": GPU_SERVER_CORES, "cpu": cpu_count - 1, "local": GPU_SERVER_CORES,
+             "remote": 0}[server_share]
     arrival = traffic.arrival
     users = arrival.max_in_flight if arrival.open_loop else max(
         [arrival.users or 1, *(stage.users or 0 for stage in arrival.stages)])

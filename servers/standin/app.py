@@ -57,10 +57,13 @@ class StandinApp:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self, port: int = 0) -> int:
-        """Listen on 127.0.0.1:port (0: any free port); returns the bound port."""
+    async def start(self, port: int = 0, reuse_port: bool = False) -> int:
+        """Listen on 127.0.0.1:port (0: any free port); returns the bound port. With
+        `reuse_port`, several stand-in processes share one port (SO_REUSEPORT: the kernel
+        spreads connections over them), for more streams than one event loop can write."""
         self._server = await asyncio.start_server(
-            self._handle_connection, host=HOST, port=port, limit=HEAD_LIMIT
+            self._handle_connection, host=HOST, port=port, limit=HEAD_LIMIT,
+            reuse_port=reuse_port or None,
         )
         return int(self._server.sockets[0].getsockname()[1])
 

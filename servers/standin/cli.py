@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=d.seed, help="seed for faults and jitter")
     p.add_argument(
+        "--reuse-port", action="store_true",
+        help="share --port with other stand-in processes (SO_REUSEPORT; give a fixed port)",
+    )
+    p.add_argument(
         "--record", default=None, metavar="FILE",
         help="append one JSON line per completion request: what was really sent and when "
         "(time.monotonic() seconds, the clock perf_counter reads on Linux) — the truth a "
@@ -94,10 +98,11 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
     )
 
 
-async def _serve_forever(config: StandinConfig, port: int, log: RecordLog | None) -> int:
+async def _serve_forever(config: StandinConfig, port: int, log: RecordLog | None,
+                         reuse_port: bool = False) -> int:
     app = StandinApp(config, on_record=log.add if log is not None else None)
     try:
-        bound = await app.start(port)
+        bound = await app.start(port, reuse_port)
     except OSError as exc:
         print(f"standin: error: cannot listen on {HOST}:{port}: {exc}", file=sys.stderr)
         return 1
@@ -126,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log = RecordLog(args.record) if args.record else None
     try:
-        return asyncio.run(_serve_forever(config, args.port, log))
+        return asyncio.run(_serve_forever(config, args.port, log, args.reuse_port))
     finally:
         if log is not None:
             log.close()

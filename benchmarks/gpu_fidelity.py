@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Fidelity on a real server: the suite and `vllm bench serve`, alternated on one running vLLM
+server with matched traffic (~512-token prompts, 128 output tokens with ignore_eos, the
+completions endpoint, a closed loop of C streams), and both measured the same way from their
+per-request records:
+
+- mean requests in flight (time-weighted over the steady window) against C;
+- TTFT p50 / p99 and ITL p50 / p99 of the requests sent in the window;
+- output tokens/s: tokens whose chunks arrived in the window, per second.
+
+Steady window: the suite's measured window (after its warm-up); for vllm bench, from
+`--warmup` seconds after its first request to its last request's send (after that the stream
+count drains). The suite runs with its defaults (`traffic.workers: auto`).
+
+    python benchmarks/gpu_fidelity.py --url http://127.0.0.1:8000 --model tiny-llama \
+        --tokenizer /tmp/model --concurrency 64 256 --rounds 3 \
+        --bench-command "python3 -m vllm.entrypoints.cli.main"
+
+Checks printed at the end (issue 14, item 5): suite in flight >= 99% of C; suite ITL p99 <=
+1.05 x bench's; suite TTFT p99 <= bench's; suite throughput within 3% of bench's (medians over
+rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Measured:
+    concurrency: int
+    client: str
+    round: int
+    in_flight: float
+    ttft_ms: tuple[float, float]
+    itl_ms: tuple[float, float]
+    output_tok_s: float
+    requests: int
+    failed: int
+    window_s: float
+
+
+def measure(concurrency: int, client: str, rnd: int, sends: np.ndarray, ends: np.ndarray,
+            ttfts: list[float], chunk_times: list[np.ndarray], tokens: list[int],
+            ok: np.ndarray, lo: float, hi: float) -> Measured:
+    """Everything in one clock (seconds). `chunk_times[k]`: content-chunk arrivals of request
+    k; a chunk carrying several tokens counts its share of the request's token count."""
+    in_window = (sends >= lo) & (sends < hi)
+    in_flight = float((np.clip(ends, lo, hi) - np.clip(sends, lo, hi)).sum() / (hi - lo))
+    picked = np.flatnonzero(in_window & ok)
+    ttft = np.array([ttfts[k] for k in picked]) * 1e3
+    gaps = [np.diff(chunk_times[k]) for k in picked if chunk_times[k].size > 1]
+    itl = np.concatenate(gaps) * 1e3 if gaps else np.empty(0)
+    arrived = 0.0
+    for k in np.flatnonzero(ok):
+        times = chunk_times[k]
+        if times.size:
+            arrived += tokens[k] / times.size * int(((times >= lo) & (times < hi)).sum())
+
+    def pair(values: np.ndarray) -> tuple[float, float]:
+        if not values.size:
+            return float("nan"), float("nan")
+        return tuple(float(v) for v in np.percentile(values, [50, 99]))  # type: ignore
+
+    return Measured(concurrency, client, rnd, in_flight, pair(ttft), pair(itl),
+                    arrived / (hi - lo), int(in_window.sum()), int((in_window & ~ok).sum()),
+                    hi - lo)
+
+
+def run_bench(args: argparse.Namespace, concurrency: int, prompts: int, out: Path) -> Path:
+    result = out / f"bench-c{concurrency}-{int(time.time())}.json"
+    command = [*args.bench_command.split(), "bench", "serve", "--backend", "vllm",
+               "--base-url", args.url, "--endpoint", "/v1/completions", "--model", args.model,
+               "--tokenizer", str(args.tokenizer), "--dataset-name", "random",
+               "--random-input-len", str(args.input_len), "--random-output-len",
+               str(args.output_len), "--num-prompts", str(prompts), "--max-concurrency",
+               str(concurrency), "--request-rate", "inf", "--ignore-eos", "--seed", "0",
+               "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
+               "--result-filename", result.name]
+    with open(out / "bench.log", "a") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=400)
+    return result
+
+
+def bench_measured(args: argparse.Namespace, concurrency: int, rnd: int, path: Path
+                   ) -> Measured:
+    data = json.loads(path.read_text())
+    n = len(data["ttfts"])
+    sends = np.asarray(data["start_times"], dtype=float)
+    ok = np.array([bool(t) and not (data.get("errors") or [""] * n)[k]
+                   for k, t in enumerate(data["ttfts"])])
+    chunks, ends = [], []
+    for k in range(n):
+        if ok[k]:
+            times = sends[k] + data["ttfts"][k] + np.concatenate(
+                [[0.0], np.cumsum(np.asarray(data["itls"][k], dtype=float))])
+        else:
+            times = np.empty(0)
+        chunks.append(times)
+        ends.append(sends[k] + (data["latencies"][k] if data.get("latencies") else
+                                (times[-1] - sends[k] if times.size else 0.0)))
+    lo = float(sends.min()) + args.warmup
+    hi = float(sends.max())
+    return measure(concurrency, "vllm bench serve", rnd, sends, np.asarray(ends),
+                   [t or 0.0 for t in data["ttfts"]], chunks, list(data["output_lens"]), ok,
+                   lo, hi)
+
+
+def run_suite(args: argparse.Namespace, concurrency: int, out: Path) -> Path:
+    runs = out / "runs"
+    before = set(runs.glob("*")) if runs.exists() else set()
+    doc_tokens = args.input_len - 32  # the instruction around the document takes ~20-30
+    command = [sys.executable, "-m", "vllm_slo", "--runs-dir", str(runs), "run",
+               "scenario=long-doc", f"server.url={args.url}",
+               f"server.served_model_name={args.model}", "traffic.endpoint=completions",
+               f"traffic.tokenizer={args.tokenizer}", "traffic.prefix_cache=keep",
+               "traffic.arrival.kind=closed", f"traffic.arrival.users={concurrency}",
+               f"traffic.arrival.spawn_rate={concurrency}", "traffic.arrival.think_time=0s",
+               f"traffic.duration={args.duration}s", f"traffic.warmup={args.warmup}s",
+               f"traffic.long-doc.min_doc_tokens={doc_tokens}",
+               f"traffic.long-doc.max_doc_tokens={doc_tokens}",
+               f"traffic.long-doc.output_tokens={args.output_len}", "slo={}"]
+    with open(out / "suite.log", "a") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600)
+    (made,) = set(runs.glob("*")) - before
+    return made
+
+
+def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run_dir / "samples.parquet").to_pylist()
+    sends = np.array([r["intended_send_unix_s"] for r in rows])
+    ends = sends + np.array([r["e2e_s"] or 0.0 for r in rows])
+    ok = np.array([bool(r["ok"]) for r in rows])
+    chunks = [sends[k] + np.asarray(r["chunk_offsets_s"] or [], dtype=float)
+              for k, r in enumerate(rows)]
+    measured_rows = [k for k, r in enumerate(rows) if r["phase"] == "measure"]
+    lo = float(sends[measured_rows].min())
+    hi = float(sends[measured_rows].max())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    workers = json.loads((run_dir / "provenance.json").read_text()).get("locust_workers")
+    result = measure(concurrency, f"suite ({workers} workers)", rnd, sends, ends,
+                     [r["ttft_s"] or 0.0 for r in rows], chunks,
+                     [r["output_tokens"] or 0 for r in rows], ok, lo, hi)
+    (run_dir / "fidelity.json").write_text(json.dumps({"measured": asdict(result),
+                                                       "exit_code": summary.get("exit_code")}))
+    return result
+
+
+def table(results: list[Measured]) -> str:
+    lines = ["| C | client | round | mean in flight | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
+             "output tok/s | requests (failed) |", "|---|---|---|---|---|---|---|---|"]
+    for m in results:
+        lines.append(f"| {m.concurrency} | {m.client} | {m.round} | {m.in_flight:.1f} | "
+                     f"{m.ttft_ms[0]:.0f} / {m.ttft_ms[1]:.0f} | {m.itl_ms[0]:.1f} / "
+                     f"{m.itl_ms[1]:.1f} | {m.output_tok_s:,.0f} | {m.requests} ({m.failed}) |")
+    return "\n".join(lines)
+
+
+def checks(results: list[Measured]) -> str:
+    lines = ["", "Medians over rounds, suite vs vllm bench serve:"]
+    for c in sorted({m.concurrency for m in results}):
+        suite = [m for m in results if m.concurrency == c and m.client.startswith("suite")]
+        bench = [m for m in results if m.concurrency == c and m.client == "vllm bench serve"]
+        if not suite or not bench:
+            continue
+
+        def med(ms: list[Measured], f) -> float:
+            return float(np.median([f(m) for m in ms]))
+
+        held = med(suite, lambda m: m.in_flight) / c
+        itl = med(suite, lambda m: m.itl_ms[1]) / med(bench, lambda m: m.itl_ms[1])
+        ttft = med(suite, lambda m: m.ttft_ms[1]) / med(bench, lambda m: m.ttft_ms[1])
+        tput = med(suite, lambda m: m.output_tok_s) / med(bench, lambda m: m.output_tok_s)
+        lines.append(
+            f"- C={c}: in flight {held:.1%} of C ({'ok' if held >= 0.99 else 'MISSED'} >= 99%); "
+            f"ITL p99 x{itl:.3f} ({'ok' if itl <= 1.05 else 'MISSED'} <= 1.05); "
+            f"TTFT p99 x{ttft:.3f} ({'ok' if ttft <= 1.0 else 'MISSED'} <= 1); "
+            f"throughput x{tput:.3f} ({'ok' if abs(tput - 1) <= 0.03 else 'MISSED'} within 3%)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--model", default="tiny-llama")
+    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--bench-command", default="python3 -m vllm.entrypoints.cli.main")
+    parser.add_argument("--out", type=Path, default=Path("runs/gpu-fidelity"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: list[Measured] = []
+    for c in args.concurrency:
+        prompts = c * 12  # first guess; later rounds sized from the measured request rate
+        for rnd in range(1, args.rounds + 1):
+            path = run_bench(args, c, prompts, args.out)
+            bench = bench_measured(args, c, rnd, path)
+            data = json.loads(path.read_text())
+            rate = data["completed"] / data["duration"]
+            prompts = int(rate * (args.warmup + args.duration + 2))
+            suite = suite_measured(c, rnd, run_suite(args, c, args.out))
+            results += [bench, suite]
+            print(table([bench, suite]).splitlines()[-2:], flush=True)
+    report = table(results) + "\n" + checks(results)
+    print(report)
+    (args.out / "fidelity.md").write_text(f"host: {os.cpu_count()} cores\n\n{report}\n")
+    (args.out / "fidelity.json").write_text(json.dumps([asdict(m) for m in results], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
