@@ -32,6 +32,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner
 
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
+from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
@@ -46,7 +47,8 @@ LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited
 
 
 class _Run:
-    """Per-process state: configuration, plan, schedule and the sample writer."""
+    """Per-process state: configuration, plan, schedule, the sample writer and the
+    self-monitor (loadtests/client_monitor.py)."""
 
     def __init__(self) -> None:
         self.traffic: TrafficSpec | None = None
@@ -59,6 +61,7 @@ class _Run:
         self.process_count = 1
         self.writer: SampleWriter | None = None
         self.flusher: gevent.Greenlet | None = None
+        self.monitor = ClientMonitor()
         self.start_perf_s: float | None = None
         self.start_unix_s: float | None = None
         self.schedule_indices = np.empty(0, dtype=np.int64)
@@ -96,6 +99,13 @@ class _Run:
             lead = SCHEDULE_LEAD_S if self.traffic and self.traffic.arrival.open_loop else 0.0
             self.start_perf_s = time.perf_counter() + lead
             self.start_unix_s = time.time() + lead
+        self._start_monitoring()
+
+    def _start_monitoring(self) -> None:
+        """The lag timer and the once-a-second flusher/recorder (users' processes only)."""
+        if self.flusher is None and self.run_dir is not None:
+            self.monitor.start()
+            self.flusher = gevent.spawn(self._flush_forever)
 
     def claim_conversation(self) -> list[int]:
         """Closed loop: conversations in plan order, striped over processes; cycles at the end
@@ -126,7 +136,7 @@ class _Run:
             assert self.run_dir is not None
             self.writer = SampleWriter(self._new_samples_path())
             self.last_flush_perf_s = time.perf_counter()
-            self.flusher = gevent.spawn(self._flush_forever)
+            self._start_monitoring()
         self.writer.append(row)
         if time.perf_counter() - self.last_flush_perf_s > 2 * FLUSH_INTERVAL_S:
             self.flush()
@@ -150,26 +160,26 @@ class _Run:
         self.last_flush_perf_s = time.perf_counter()
 
     def _flush_forever(self) -> None:
-        """Every second: flush rows, and record this process's CPU use (a load generator near
-        one full core is saturated; its timestamps then lag)."""
+        """Every second: flush rows, and append the self-monitor's record of that second
+        (CPU, event-loop lag, socket reads / SSE events, requests in flight) to
+        samples/client-<host>-<pid>.jsonl."""
         assert self.run_dir is not None
         stats_path = (self.run_dir / SAMPLES_DIR /
                       f"client-{socket.gethostname()}-{os.getpid()}.jsonl")
-        last_wall, last_cpu = time.perf_counter(), time.process_time()
+        stats_path.parent.mkdir(parents=True, exist_ok=True)
+        self.monitor.record()  # the first period starts now
         with open(stats_path, "a") as stats:
             while True:
                 gevent.sleep(FLUSH_INTERVAL_S)
                 self.flush()
-                wall, cpu = time.perf_counter(), time.process_time()
-                stats.write(json.dumps({"unix_s": time.time(), "cpu_fraction": round(
-                    (cpu - last_cpu) / max(wall - last_wall, 1e-9), 4)}) + "\n")
+                stats.write(json.dumps(self.monitor.record()) + "\n")
                 stats.flush()
-                last_wall, last_cpu = wall, cpu
 
     def close(self) -> None:
         if self.flusher is not None:
             self.flusher.kill(block=False)
             self.flusher = None
+        self.monitor.stop()
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -243,7 +253,11 @@ class _StreamingUser(User):
         request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
         self.requests_sent += 1
         send_unix_s = time.time()
-        outcome = send_streamed(self.client, traffic.endpoint, body, request_id)
+        RUN.monitor.in_flight.enter()
+        try:
+            outcome = send_streamed(self.client, traffic.endpoint, body, request_id)
+        finally:
+            RUN.monitor.in_flight.leave()
         if intended_perf_s is None:
             intended_perf_s = outcome.send_perf_s
         RUN.record(request_row(
@@ -255,7 +269,7 @@ class _StreamingUser(User):
         self.environment.events.request.fire(
             request_type="POST", name=f"{traffic.profile} {traffic.endpoint}",
             response_time=(outcome.end_perf_s - outcome.send_perf_s) * 1000.0,
-            response_length=len(outcome.text),
+            response_length=outcome.output_tokens or 0,
             exception=None if outcome.ok else RuntimeError(outcome.error), context={})
         return outcome
 

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from vllm_slo.reports.analysis.client_health import client_health
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
 from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
 from vllm_slo.reports.analysis.summary import (
@@ -31,6 +32,7 @@ from vllm_slo.reports.analysis.verdicts import (
     goodput,
     invalid_measurement_reasons,
 )
+from vllm_slo.reports.client_records import read_client_records
 from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.render.junit import render_junit
 from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
@@ -109,6 +111,15 @@ def load_run(run_dir: Path) -> LoadedRun:
     invalid = invalid_measurement_reasons(summary, status.get("server_failure"),
                                           status.get("load_generator_failure"),
                                           scenario.traffic.max_send_lag_p99_s)
+    traffic = scenario.traffic
+    closed = traffic.arrival.kind == "closed"
+    health = client_health(
+        table, read_client_records(run_dir), closed_loop=closed,
+        target_users=traffic.arrival.users if closed else None,
+        think_time_s=traffic.arrival.think_time_s,
+        max_loop_lag_p99_s=traffic.max_loop_lag_p99_s,
+        min_held_concurrency=traffic.min_held_concurrency)
+    invalid = (*invalid, *health.reasons)
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
@@ -119,6 +130,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         goodput=goodput(scenario.slo.rules(), series),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
+        client_health=health,
         warnings=status.get("warnings", []))
     return LoadedRun(document, series, table, server_records)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 from vllm_slo.reports.analysis.verdicts import SloResult, VerdictScope
@@ -233,6 +234,7 @@ class RunSummaryDocument(EchoesScenario):
     invalid_reasons: tuple[str, ...]
     warnings: tuple[str, ...]
     schema_version: int = SUMMARY_SCHEMA_VERSION
+    client_health: ClientHealth | None = None  # None: a document built without the rows
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order)."""
@@ -250,6 +252,8 @@ class RunSummaryDocument(EchoesScenario):
                         "counts": self.goodput_counts},
             "send_lag_p99_s": self.send_lag_p99_s,
             "traffic": self.traffic.to_json_dict(),
+            "client_health": (None if self.client_health is None
+                              else self.client_health.to_json_dict()),
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
             "slos": [slo.to_json_dict() for slo in self.slos],
             "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
@@ -272,6 +276,7 @@ def build_summary(
     goodput: tuple[Estimate, str],
     client_cpu: ClientCpu | None = None,
     prefix_cache_hit_rate: float | None = None,
+    client_health: ClientHealth | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
@@ -303,4 +308,5 @@ def build_summary(
         exit_code=int(exit_code),
         invalid_reasons=tuple(invalid_reasons),
         warnings=(*summary.warnings, *warnings),
+        client_health=client_health,
     )

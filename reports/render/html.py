@@ -16,7 +16,7 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
 
+from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
@@ -119,6 +120,9 @@ class HealthView:
     errors: list[ErrorRow]
     figure: FigureView
     notes: list[str]
+    client: list[tuple[str, str]] = field(default_factory=list)  # the load generator's health
+    client_reasons: list[str] = field(default_factory=list)  # why it was the bottleneck
+    panel_class: str = "healthy"  # "client-limited": the panel turns red
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +262,57 @@ def load_rows(traffic: TrafficFacts, measured: int) -> list[tuple[str, str]]:
     return [(key, redact_text(value)) for key, value in rows]
 
 
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else format_duration_s(seconds)
+
+
+def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
+    """The load generator's own health (summary.json "client_health") as label/value rows."""
+    if health is None:
+        return []
+    rows = []
+    concurrency = health.concurrency
+    if concurrency is not None:
+        rows.append(("judged window", f"{concurrency.window_s:.1f} s (first to last measured "
+                                      f"send)"))
+        flight = concurrency.in_flight
+        share = concurrency.in_flight_share
+        rows.append(("requests in flight (time-weighted)",
+                     f"mean {flight.mean:.2f}, min {flight.min}, max {flight.max}"
+                     + ("" if share is None else
+                        f" ({share:.1%} of {concurrency.target_users} users)")))
+        if concurrency.busy is not None and concurrency.busy_share is not None:
+            rows.append(("users busy (in flight or thinking)",
+                         f"{concurrency.busy_share:.2%} of {concurrency.target_users} users "
+                         f"(mean {concurrency.busy.mean:.2f}, min {concurrency.busy.min}); "
+                         f"criterion ≥ {health.min_held_concurrency:.0%}"))
+        if concurrency.resend_gaps:
+            rows.append(("re-send gap beyond think time",
+                         f"p50 {_ms(concurrency.resend_gap_p50_s)}, "
+                         f"p99 {_ms(concurrency.resend_gap_p99_s)}, "
+                         f"max {_ms(concurrency.resend_gap_max_s)} "
+                         f"({concurrency.resend_gaps:,} re-sends)"))
+    if health.loop_lag is not None:
+        lag = health.loop_lag
+        rows.append(("event-loop lag (5 ms timer, all workers)",
+                     f"p50 {_ms(lag.p50_s)}, p99 {_ms(lag.p99_s)}, max {_ms(lag.max_s)}; "
+                     f"criterion p99 ≤ {_ms(health.max_loop_lag_p99_s)}"))
+    elif not health.monitored:
+        rows.append(("self-monitoring", "no monitor records (imported results or an older "
+                                        "run): not judged"))
+    if health.events_per_read is not None:
+        rows.append(("SSE events per socket read", f"{health.events_per_read:.3f}"))
+    if health.chunks_per_token is not None:
+        rows.append(("content chunks per output token", f"{health.chunks_per_token:.3f}"))
+    for worker in health.workers:
+        cpu = ("n/a" if worker.cpu_p50 is None
+               else f"CPU p50 {worker.cpu_p50:.0%}, max {worker.cpu_max:.0%} of a core")
+        lag = ("" if worker.loop_lag is None
+               else f"; loop lag p99 {_ms(worker.loop_lag.p99_s)}")
+        rows.append((f"worker {worker.process_id}", f"{cpu}{lag}"))
+    return rows
+
+
 def error_rows(requests: RequestCounts, table: pa.Table) -> list[ErrorRow]:
     """Failed measured requests by kind (summary.json's counts), with their status codes and
     the first error text of each kind (redacted, truncated; escaped by the template)."""
@@ -331,7 +386,11 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
         chunks=chunk_rows, errors=error_rows(summary.requests, table),
         figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),
-        notes=notes)
+        notes=notes, client=client_rows(summary.client_health),
+        client_reasons=[] if summary.client_health is None
+        else [redact_text(r) for r in summary.client_health.reasons],
+        panel_class="client-limited" if summary.client_health is not None
+        and not summary.client_health.healthy else "healthy")
     verdict = outcome(summary.exit_code)
     return ReportView(
         title=f"vllm-slo · {summary.scenario_name}", run_id=summary.run_id,

@@ -16,6 +16,7 @@ from vllm_slo.reports.analysis.summary import RunSummaryDocument
 from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.text import (
     OPEN_FOOTNOTE,
+    client_line,
     format_latency,
     format_latency_marked,
     format_observed,
@@ -78,6 +79,9 @@ def render_markdown(summary: RunSummaryDocument) -> str:
         lines += ["", cell(OPEN_FOOTNOTE)]
     lines.append("")
     lines.append(cell(requests_line(summary)))
+    client = client_line(summary)
+    if client is not None:
+        lines += ["", cell(client)]
     if summary.warnings:
         lines.append("")
         lines.extend(f"- warning: {escape(redact_text(w))}" for w in summary.warnings)

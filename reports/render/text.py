@@ -148,6 +148,45 @@ def requests_line(summary: RunSummaryDocument) -> str:
             f"{format_rate(summary.goodput, 'req/s')}")
 
 
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f}ms"
+
+
+def client_line(summary: RunSummaryDocument) -> str | None:
+    """`client: busy 99.9% of 8 users (7.23 in flight, min 0) · re-send gap p50/p99 1.2/3.8ms ·
+    loop lag p99 2.9ms (max 29.2ms) · CPU p50 4% · 1.02 events/read`: the load generator's
+    health (README "Measurement health"); None when the document has none."""
+    health = summary.client_health
+    if health is None:
+        return None
+    parts = []
+    concurrency = health.concurrency
+    if concurrency is not None:
+        held = f"{concurrency.in_flight.mean:.2f} in flight, min {concurrency.in_flight.min}"
+        if concurrency.busy_share is not None:
+            parts.append(f"busy {concurrency.busy_share:.1%} of {concurrency.target_users} users "
+                         f"({held})")
+        else:
+            parts.append(held)
+        if concurrency.resend_gaps:
+            parts.append(f"re-send gap p50/p99 {_ms(concurrency.resend_gap_p50_s)}/"
+                         f"{_ms(concurrency.resend_gap_p99_s)}")
+    if health.loop_lag is not None:
+        parts.append(f"loop lag p99 {_ms(health.loop_lag.p99_s)} "
+                     f"(max {_ms(health.loop_lag.max_s)})")
+    cpu = [w.cpu_p50 for w in health.workers if w.cpu_p50 is not None]
+    if cpu:
+        parts.append(f"CPU p50 {max(cpu):.0%}" + (" (busiest of "
+                                                  f"{len(cpu)} workers)" if len(cpu) > 1 else ""))
+    if health.events_per_read is not None:
+        parts.append(f"{health.events_per_read:.2f} events/read")
+    if not parts:
+        return None
+    if not health.monitored:
+        parts.append("not judged (no self-monitoring records)")
+    return ("client: " if health.healthy else "client (LIMITED): ") + " · ".join(parts)
+
+
 def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
@@ -167,6 +206,9 @@ def render_table(summary: RunSummaryDocument) -> str:
         lines.append(OPEN_FOOTNOTE)
     lines.append("")
     lines.append(requests_line(summary))
+    client = client_line(summary)
+    if client is not None:
+        lines.append(client)
     if summary.slos:
         lines.append("")
         width = max(len(slo_label(slo)) for slo in summary.slos)

@@ -1,0 +1,420 @@
+"""Was the load generator the bottleneck? (pure; no file access). README "Measurement
+health" and docs/reports.md "Client health" state the criterion and why.
+
+From the measured window's rows:
+- **achieved concurrency**: requests in flight (every row's [actual send, end], failed ones
+  too), time-weighted mean / min / max over the window, against the users asked for;
+- closed loop, **busy users**: a user is busy while its request is in flight or while it
+  thinks (`think_time` is deliberate idleness), i.e. over [send, min(end + think, next send)];
+  the time-weighted mean of busy users / users is the **busy share**: the part of the asked-for
+  load the client actually held. 1 − busy share is time the users sat idle because the client
+  had not re-sent yet (parsing the finished response, building its row, a late timer, a
+  starved process);
+- closed loop, **re-send gap** per user: next send − previous end − think time, p50/p99/max.
+
+From the self-monitor's records (loadtests/client_monitor.py, one per process-second):
+event-loop lag (pooled from per-second quarter-octave histograms, so a percentile is exact to
+the bucket's upper edge), CPU per worker, socket reads and SSE events (events per read ≫ 1:
+chunks waited in the socket buffer for a late read), and from the rows content chunks per
+output token.
+
+The measured window for this judgement is [first, last] send of a measured row: ramp-up
+belongs to warm-up, and after the last measured send the run may already be stopping users.
+
+**Criterion** (a run driven by the suite's own monitored Locust processes; imported results
+carry no monitor records and are never judged): the measurement is invalid (exit 4) when
+- closed loop (`arrival.kind: closed`): busy share < `traffic.min_held_concurrency`, or
+- any kind: the worst process's loop-lag p99 > `traffic.max_loop_lag_p99`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+LAG_BUCKETS_PER_OCTAVE = 4  # loadtests/client_monitor.py writes these buckets
+LAG_BUCKET_FLOOR_S = 1e-6
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWeighted:
+    """A count over time (requests in flight, busy users): time-weighted mean, min and max."""
+
+    mean: float
+    min: int
+    max: int
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "min": self.min, "max": self.max}
+
+
+def time_weighted_count(starts: np.ndarray, ends: np.ndarray, window_start: float,
+                        window_end: float) -> TimeWeighted | None:
+    """The number of intervals [start, end) covering each instant of the window: its
+    time-weighted mean, and its min and max over instants (segments of positive length).
+    None for an empty window."""
+    span = window_end - window_start
+    if not span > 0:
+        return None
+    starts = np.clip(np.asarray(starts, dtype=np.float64), window_start, window_end)
+    ends = np.clip(np.asarray(ends, dtype=np.float64), window_start, window_end)
+    keep = np.isfinite(starts) & np.isfinite(ends) & (ends > starts)
+    starts, ends = starts[keep], ends[keep]
+    mean = float((ends - starts).sum() / span)
+    times = np.concatenate([[window_start], starts, ends])
+    steps = np.concatenate([[0], np.ones(starts.size, dtype=np.int64),
+                            -np.ones(ends.size, dtype=np.int64)])
+    order = np.argsort(times, kind="stable")
+    times, counts = times[order], np.cumsum(steps[order])
+    lengths = np.diff(np.append(times, window_end))
+    held = counts[lengths > 0]
+    if held.size == 0:
+        return TimeWeighted(mean, 0, 0)
+    return TimeWeighted(mean, int(held.min()), int(held.max()))
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """Achieved concurrency over the judged window (see the module docstring)."""
+
+    window_start_unix_s: float
+    window_s: float
+    target_users: int | None  # closed loop (constant users); None: open loop or stages
+    think_time_s: float
+    in_flight: TimeWeighted
+    busy: TimeWeighted | None  # closed loop only
+    resend_gaps: int
+    resend_gap_p50_s: float | None
+    resend_gap_p99_s: float | None
+    resend_gap_max_s: float | None
+
+    @property
+    def in_flight_share(self) -> float | None:
+        return None if not self.target_users else self.in_flight.mean / self.target_users
+
+    @property
+    def busy_share(self) -> float | None:
+        if not self.target_users or self.busy is None:
+            return None
+        return self.busy.mean / self.target_users
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "window_start_unix_s": self.window_start_unix_s, "window_s": self.window_s,
+            "target_users": self.target_users, "think_time_s": self.think_time_s,
+            "in_flight": self.in_flight.to_json_dict(),
+            "in_flight_share": _finite(self.in_flight_share),
+            "busy": None if self.busy is None else self.busy.to_json_dict(),
+            "busy_share": _finite(self.busy_share),
+            "resend_gaps": self.resend_gaps, "resend_gap_p50_s": self.resend_gap_p50_s,
+            "resend_gap_p99_s": self.resend_gap_p99_s,
+            "resend_gap_max_s": self.resend_gap_max_s,
+        }
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def request_intervals(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's [actual send, end of response] in Unix seconds (end = intended send + E2E; a
+    row without E2E ends at its send)."""
+    send = _column(table, "send_unix_s")
+    intended = _column(table, "intended_send_unix_s")
+    send = np.where(np.isfinite(send), send, intended)
+    end = intended + _column(table, "e2e_s")
+    return send, np.where(np.isfinite(end), np.maximum(end, send), send)
+
+
+def judged_window(table: pa.Table) -> tuple[float, float] | None:
+    """[first, last] actual send of a measured row (None without two distinct sends)."""
+    measured = _measured(table)
+    send, _ = request_intervals(table)
+    sends = send[measured & np.isfinite(send)]
+    if sends.size < 2 or not sends.max() > sends.min():
+        return None
+    return float(sends.min()), float(sends.max())
+
+
+def _user_keys(table: pa.Table) -> np.ndarray | None:
+    """One integer per row naming its user (process and user id); None when rows carry no user
+    ids (imported results); -1 for a row without one."""
+    if "user_id" not in table.column_names or table.column("user_id").null_count == table.num_rows:
+        return None
+    users = table.column("user_id")
+    known = np.asarray(pc.is_valid(users).to_numpy(zero_copy_only=False), dtype=bool)
+    user = np.asarray(users.fill_null(0).to_numpy(), dtype=np.int64)
+    process = np.asarray(table.column("process_id").to_numpy(), dtype=np.int64)
+    return np.where(known, (process << 32) + (user & 0xFFFFFFFF), -1)
+
+
+def _measured(table: pa.Table) -> np.ndarray:
+    return np.asarray(pc.equal(table.column("phase"), "measure").fill_null(False)
+                      .to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s: float,
+                         closed_loop: bool) -> Concurrency | None:
+    """Achieved concurrency of a run's rows (every phase given: requests of the warm-up still
+    in flight inside the window count); None when the window is empty."""
+    window = judged_window(table)
+    if window is None:
+        return None
+    start, end = window
+    send, finish = request_intervals(table)
+    in_flight = time_weighted_count(send, finish, start, end)
+    assert in_flight is not None
+    busy = None
+    gaps = np.empty(0)
+    if closed_loop:
+        keys = _user_keys(table)
+        busy_end = finish + think_time_s
+        if keys is not None:
+            order = np.lexsort((send, keys))
+            k, s, f = keys[order], send[order], finish[order]
+            same_user = (k[1:] == k[:-1]) & (k[1:] >= 0)
+            nxt = np.flatnonzero(same_user)
+            busy_sorted = f + think_time_s
+            busy_sorted[nxt] = np.maximum(np.minimum(busy_sorted[nxt], s[nxt + 1]), s[nxt])
+            busy_end = np.empty_like(busy_sorted)
+            busy_end[order] = busy_sorted
+            next_send = s[nxt + 1]
+            inside = (next_send >= start) & (next_send <= end)
+            gaps = (next_send - f[nxt] - think_time_s)[inside]
+        busy = time_weighted_count(send, busy_end, start, end)
+    gaps = gaps[np.isfinite(gaps)]
+
+    def gap(q: float) -> float | None:
+        return float(np.percentile(gaps, q)) if gaps.size else None
+
+    return Concurrency(
+        window_start_unix_s=start, window_s=end - start,
+        target_users=target_users if closed_loop else None, think_time_s=think_time_s,
+        in_flight=in_flight, busy=busy, resend_gaps=int(gaps.size),
+        resend_gap_p50_s=gap(50), resend_gap_p99_s=gap(99),
+        resend_gap_max_s=float(gaps.max()) if gaps.size else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLag:
+    """Event-loop lag (how late a short timer woke), pooled over the window's seconds."""
+
+    p50_s: float
+    p99_s: float
+    max_s: float
+    samples: int
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"p50_s": self.p50_s, "p99_s": self.p99_s, "max_s": self.max_s,
+                "samples": self.samples}
+
+
+def lag_bucket_upper_s(bucket: int) -> float:
+    return LAG_BUCKET_FLOOR_S * 2.0 ** ((bucket + 1) / LAG_BUCKETS_PER_OCTAVE)
+
+
+def pooled_loop_lag(records: Sequence[Mapping[str, Any]]) -> LoopLag | None:
+    """Percentiles of the lag samples of all records, from their histograms (a percentile is
+    its bucket's upper edge, within 19% above the true value); max is exact."""
+    counts: dict[int, int] = {}
+    maxima = []
+    for record in records:
+        hist = record.get("loop_lag_hist")
+        if not isinstance(hist, Mapping):
+            continue
+        for bucket, count in hist.items():
+            counts[int(bucket)] = counts.get(int(bucket), 0) + int(count)
+        if isinstance(record.get("loop_lag_max_s"), (int, float)):
+            maxima.append(float(record["loop_lag_max_s"]))
+    total = sum(counts.values())
+    if total == 0:
+        return None
+    buckets = sorted(counts)
+    cumulative = np.cumsum([counts[b] for b in buckets])
+
+    def percentile(q: float) -> float:
+        index = int(np.searchsorted(cumulative, q / 100.0 * total, side="left"))
+        return lag_bucket_upper_s(buckets[min(index, len(buckets) - 1)])
+
+    return LoopLag(percentile(50), percentile(99), max(maxima, default=percentile(100)),
+                   int(total))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """One Locust process over the window: CPU (fraction of a core per second), its loop lag,
+    and its socket reads / SSE events."""
+
+    process_id: int
+    seconds: int
+    cpu_p50: float | None
+    cpu_max: float | None
+    loop_lag: LoopLag | None
+    socket_reads: int
+    sse_events: int
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"process_id": self.process_id, "seconds": self.seconds,
+                "cpu_p50": self.cpu_p50, "cpu_max": self.cpu_max,
+                "loop_lag": None if self.loop_lag is None else self.loop_lag.to_json_dict(),
+                "socket_reads": self.socket_reads, "sse_events": self.sse_events}
+
+
+def records_in_window(records: Sequence[Mapping[str, Any]], start: float, end: float
+                      ) -> list[Mapping[str, Any]]:
+    """Monitor records whose second lies in the window (its midpoint, `unix_s` minus half its
+    interval, inside [start, end])."""
+    kept = []
+    for record in records:
+        unix_s = record.get("unix_s")
+        if not isinstance(unix_s, (int, float)):
+            continue
+        middle = float(unix_s) - 0.5 * float(record.get("interval_s") or 1.0)
+        if start <= middle <= end:
+            kept.append(record)
+    return kept
+
+
+def worker_health(records: Sequence[Mapping[str, Any]]) -> tuple[WorkerHealth, ...]:
+    by_process: dict[int, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_process.setdefault(int(record.get("process_id") or 0), []).append(record)
+    workers = []
+    for process_id, mine in sorted(by_process.items()):
+        cpu = np.asarray([float(r["cpu_fraction"]) for r in mine
+                          if isinstance(r.get("cpu_fraction"), (int, float))])
+        workers.append(WorkerHealth(
+            process_id=process_id, seconds=len(mine),
+            cpu_p50=float(np.percentile(cpu, 50)) if cpu.size else None,
+            cpu_max=float(cpu.max()) if cpu.size else None,
+            loop_lag=pooled_loop_lag(mine),
+            socket_reads=sum(int(r.get("socket_reads") or 0) for r in mine),
+            sse_events=sum(int(r.get("sse_events") or 0) for r in mine)))
+    return tuple(workers)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHealth:
+    """The load generator's own health over the judged window, and the criterion's verdict:
+    `reasons` is non-empty exactly when the client was the bottleneck."""
+
+    concurrency: Concurrency | None
+    loop_lag: LoopLag | None  # all workers pooled
+    workers: tuple[WorkerHealth, ...]
+    chunks_per_token: float | None  # content chunks / output tokens, successful measured rows
+    max_loop_lag_p99_s: float
+    min_held_concurrency: float
+    reasons: tuple[str, ...]
+
+    @property
+    def monitored(self) -> bool:
+        """The suite's own Locust processes recorded themselves (not an import)."""
+        return any(worker.loop_lag is not None for worker in self.workers)
+
+    @property
+    def worst_loop_lag(self) -> WorkerHealth | None:
+        lagged = [w for w in self.workers if w.loop_lag is not None]
+        return max(lagged, key=lambda w: w.loop_lag.p99_s) if lagged else None  # type: ignore
+
+    @property
+    def events_per_read(self) -> float | None:
+        reads = sum(worker.socket_reads for worker in self.workers)
+        events = sum(worker.sse_events for worker in self.workers)
+        return events / reads if reads else None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.reasons
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "reasons": list(self.reasons),
+            "criterion": {"max_loop_lag_p99_s": self.max_loop_lag_p99_s,
+                          "min_held_concurrency": self.min_held_concurrency,
+                          "monitored": self.monitored},
+            "concurrency": None if self.concurrency is None else self.concurrency.to_json_dict(),
+            "loop_lag": None if self.loop_lag is None else self.loop_lag.to_json_dict(),
+            "events_per_read": _finite(self.events_per_read),
+            "chunks_per_token": self.chunks_per_token,
+            "workers": [worker.to_json_dict() for worker in self.workers],
+        }
+
+
+def chunks_per_token(table: pa.Table) -> float | None:
+    measured = _measured(table)
+    ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
+    good = measured & ok
+    chunks = np.diff(table.column("chunk_offsets_s").combine_chunks().offsets.to_numpy())
+    tokens = _column(table, "output_tokens")
+    use = good & np.isfinite(tokens)
+    total = float(tokens[use].sum())
+    return float(chunks[use].sum()) / total if total > 0 else None
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHealth],
+                   max_loop_lag_p99_s: float, min_held_concurrency: float) -> tuple[str, ...]:
+    """The criterion (module docstring); each reason names the numbers and the remedy."""
+    lagged = [w for w in workers if w.loop_lag is not None]
+    if not lagged:  # not monitored: imported results, or a run from before the monitor
+        return ()
+    remedy = (f"the load generator was the bottleneck; use more traffic.workers "
+              f"(this run had {len(workers)})")
+    reasons = []
+    share = None if concurrency is None else concurrency.busy_share
+    if share is not None and share < min_held_concurrency:
+        assert concurrency is not None and concurrency.busy is not None
+        reasons.append(
+            f"client-limited: users were busy (in flight or thinking) {share:.1%} of the "
+            f"measured window, below traffic.min_held_concurrency {min_held_concurrency:.0%} "
+            f"({concurrency.busy.mean:.2f} of {concurrency.target_users} users on average, "
+            f"{concurrency.in_flight.mean:.2f} requests in flight; re-send gap beyond think "
+            f"time p50 {_ms(concurrency.resend_gap_p50_s)}, p99 "
+            f"{_ms(concurrency.resend_gap_p99_s)}); {remedy}")
+    worst = max(lagged, key=lambda w: w.loop_lag.p99_s)  # type: ignore[union-attr]
+    assert worst.loop_lag is not None
+    if worst.loop_lag.p99_s > max_loop_lag_p99_s:
+        cpu = "" if worst.cpu_p50 is None else f", CPU p50 {worst.cpu_p50:.0%} of a core"
+        reasons.append(
+            f"client-limited: event-loop lag p99 {_ms(worst.loop_lag.p99_s)} in Locust process "
+            f"{worst.process_id} (max {_ms(worst.loop_lag.max_s)}{cpu}) exceeds "
+            f"traffic.max_loop_lag_p99 {_ms(max_loop_lag_p99_s)}: its timestamps were late "
+            f"by that much; {remedy}")
+    return tuple(reasons)
+
+
+def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
+                  closed_loop: bool, target_users: int | None, think_time_s: float,
+                  max_loop_lag_p99_s: float, min_held_concurrency: float) -> ClientHealth:
+    """The whole judgement from a run's rows (all phases) and its monitor records."""
+    concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop)
+    if concurrency is not None:
+        records = records_in_window(records, concurrency.window_start_unix_s,
+                                    concurrency.window_start_unix_s + concurrency.window_s)
+    else:
+        records = []
+    workers = worker_health(records)
+    return ClientHealth(
+        concurrency=concurrency, loop_lag=pooled_loop_lag(records), workers=workers,
+        chunks_per_token=chunks_per_token(table) if table.num_rows else None,
+        max_loop_lag_p99_s=max_loop_lag_p99_s, min_held_concurrency=min_held_concurrency,
+        reasons=health_reasons(concurrency, workers, max_loop_lag_p99_s,
+                               min_held_concurrency))

@@ -1,0 +1,25 @@
+"""The load generator's self-monitoring records read back: `samples/client-<host>-<pid>.jsonl`,
+one JSON object per process-second (loadtests/client_monitor.py writes them; fields in
+reports/analysis/client_health.py). A line cut by a crash, or a foreign one, is skipped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vllm_slo.scenarios.samples_format import SAMPLES_DIR
+
+
+def read_client_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every record of every process, in file then line order."""
+    records = []
+    for path in sorted((run_dir / SAMPLES_DIR).glob("client-*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
