@@ -87,7 +87,8 @@ def run_bench(args: argparse.Namespace, concurrency: int, prompts: int, out: Pat
                "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
                "--result-filename", result.name]
     with open(out / "bench.log", "a") as log:
-        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=400)
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=400,
+                       cwd=out)
     return result
 
 
@@ -130,7 +131,9 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path) -> Path:
                f"traffic.long-doc.max_doc_tokens={doc_tokens}",
                f"traffic.long-doc.output_tokens={args.output_len}", "slo={}"]
     with open(out / "suite.log", "a") as log:
-        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600)
+        # in the output folder: `-m` puts the cwd first on sys.path, and a checkout's
+        # vllm_slo/ would shadow the installed package
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600, cwd=out)
     (made,) = set(runs.glob("*")) - before
     return made
 
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench-command", default="python3 -m vllm.entrypoints.cli.main")
     parser.add_argument("--out", type=Path, default=Path("runs/gpu-fidelity"))
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[Measured] = []
     for c in args.concurrency:
