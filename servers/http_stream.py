@@ -115,7 +115,12 @@ class _ChunkedDecoder:
 class HttpStreamClient:
     """One keep-alive connection to one server. Not thread-safe: one per user (greenlet)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 300.0, api_key: str | None = None):
+    def __init__(self, base_url: str, timeout_s: float = 300.0, api_key: str | None = None,
+                 read_timeouts: bool = True):
+        """`timeout_s` bounds connecting and, with `read_timeouts`, every read (a stalled
+        server raises TimeoutError). Without `read_timeouts` reads wait as long as it takes:
+        the caller bounds the whole request instead (inside Locust, one gevent.Timeout per
+        request is far cheaper than gevent's timer per socket wait)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http(s):// base URL, got {base_url!r}")
@@ -126,6 +131,7 @@ class HttpStreamClient:
         self.timeout_s = timeout_s
         self._host_header = parts.netloc.rsplit("@", 1)[-1]
         self._auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        self._read_timeouts = read_timeouts
         self._sock: socket.socket | None = None
 
     def close(self) -> None:
@@ -140,6 +146,8 @@ class HttpStreamClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+        if not self._read_timeouts:
+            sock.settimeout(None)
         return sock
 
     def request(self, method: str, path: str, body: bytes | None = None,

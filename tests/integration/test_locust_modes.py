@@ -3,6 +3,7 @@ staged load through LoadTestShape, against the known-timing stand-in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def rows(result) -> dict[str, list]:
 def test_processes_split_open_loop_arrivals_without_overlap(fast_standin: str,
                                                             tmp_path: Path) -> None:
     result = run_cli(["run", "scenario=chat", f"server.url={fast_standin}", *COMMON,
-                      "traffic.processes=2", "traffic.duration=10s", "traffic.warmup=1s",
+                      "traffic.workers=2", "traffic.duration=10s", "traffic.warmup=1s",
                       "traffic.arrival={kind: constant, rate: 20, max_in_flight: 32}"], tmp_path)
     assert result.returncode == 0, result.output
     table = rows(result)
@@ -49,6 +50,47 @@ def test_processes_split_open_loop_arrivals_without_overlap(fast_standin: str,
         assert np.median(np.diff(sends)) == pytest.approx(0.1, abs=0.002)
     measured = sum(1 for p in table["phase"] if p == "measure")
     assert abs(measured - 200) <= 4
+
+
+def test_two_workers_lose_and_duplicate_no_row(tmp_path: Path) -> None:
+    """Closed loop over 2 Locust worker processes: every request the stand-in served (its own
+    send log, joined by X-Request-Id) is exactly one row, and every row was served."""
+    record = tmp_path / "served.jsonl"
+    with standin_server("--ttft", "0.02", "--itl", "0.005", "--record", str(record)) as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}", *COMMON,
+                          "traffic.workers=2", "traffic.duration=6s", "traffic.warmup=1s",
+                          "traffic.arrival={kind: closed, users: 12, spawn_rate: 12, "
+                          "think_time: 0s}"], tmp_path)
+    assert result.returncode == 0, result.output
+    table = rows(result)
+    assert len(set(table["process_id"])) == 2
+    row_ids = table["request_id"]
+    assert len(row_ids) == len(set(row_ids)) > 100
+    served = [json.loads(line)["request_id"].split("-", 1)[1]
+              for line in record.read_text().splitlines()]
+    suite_served = [i for i in served if i in set(row_ids)]
+    assert sorted(suite_served) == sorted(row_ids)  # served once each, each one a row
+    assert len(served) - len(suite_served) <= 2  # the readiness check's own completion(s)
+    provenance = json.loads((result.run_dir / "provenance.json").read_text())
+    assert provenance["locust_workers"] == 2
+
+
+def test_a_stalled_stream_ends_at_the_request_timeout(tmp_path: Path) -> None:
+    """Reads carry no socket timeout inside Locust; one watchdog per request bounds it: a
+    stream that stalls becomes a failed row naming the timeout, and the run goes on."""
+    with standin_server("--ttft", "0.02", "--itl", "0.005", "--fault", "hang",
+                        "--fault-rate", "0.3", "--seed", "3") as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}", *COMMON,
+                          "traffic.request_timeout=1s", "traffic.duration=5s",
+                          "traffic.warmup=0s", "traffic.stop_timeout=5s",
+                          "traffic.arrival={kind: closed, users: 4, spawn_rate: 4, "
+                          "think_time: 0s}"], tmp_path)
+    table = rows(result)
+    errors = [e for e in table["error"] if e]
+    assert errors and all("response not finished after 1s" in e for e in errors), errors[:3]
+    stalled = [e2e for e2e, e in zip(table["e2e_s"], table["error"], strict=True) if e]
+    assert all(0.95 < t < 1.5 for t in stalled), stalled
+    assert sum(table["ok"]) > 10  # the other requests went on
 
 
 def test_closed_loop_stages_follow_the_shape(fast_standin: str, tmp_path: Path) -> None:
