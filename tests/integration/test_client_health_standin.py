@@ -82,3 +82,22 @@ def test_a_loop_lag_bound_below_the_measured_lag_flags_the_run(standin: str,
     assert "INVALID      client-limited: event-loop lag" in result.output
     page = (result.run_dir / "report.html").read_text()
     assert '<section id="health" class="client-limited">' in page
+
+
+def test_two_workers_each_record_themselves_and_are_judged_together(standin: str,
+                                                                     tmp_path: Path) -> None:
+    result = run_cli(["run", "scenario=chat", f"server.url={standin}",
+                      *[a for a in RUN if not a.startswith("traffic.workers")],
+                      "traffic.workers=2"], tmp_path)
+    assert result.returncode == 0, result.output
+    files = sorted((result.run_dir / "samples").glob("client-*.jsonl"))
+    assert len(files) == 2  # one record file per worker process
+    health = result.json("summary.json")["client_health"]
+    assert health["healthy"], health["reasons"]
+    rows_pids = {w["process_id"] for w in health["workers"]}
+    assert len(rows_pids) == 2 and all(w["loop_lag"] for w in health["workers"])
+    # users of both processes together: the target is the run's users, not one worker's
+    assert health["concurrency"]["target_users"] == USERS
+    assert health["concurrency"]["busy_share"] >= 0.98
+    # each process holds 2 users: more than 2 in flight at once counts both processes' rows
+    assert health["concurrency"]["in_flight"]["max"] > USERS // 2
