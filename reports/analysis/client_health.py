@@ -18,8 +18,9 @@ the bucket's upper edge), CPU per worker, socket reads and SSE events (events pe
 chunks waited in the socket buffer for a late read), and from the rows content chunks per
 output token.
 
-The measured window for this judgement is [first, last] send of a measured row: ramp-up
-belongs to warm-up, and after the last measured send the run may already be stopping users.
+The measured window for this judgement is [first, last] send of a measured row: after the
+last measured send the run may already be stopping users; ramp-up belongs to warm-up, so in
+closed loop the window starts no earlier than the last user's first send.
 
 **Criterion** (a run driven by the suite's own monitored Locust processes; imported results
 carry no monitor records and are never judged): the measurement is invalid (exit 4) when
@@ -91,6 +92,7 @@ class Concurrency:
 
     window_start_unix_s: float
     window_s: float
+    ramp_in_window_s: float  # closed loop: measured-window time before the last user started
     target_users: int | None  # closed loop (constant users); None: open loop or stages
     think_time_s: float
     in_flight: TimeWeighted
@@ -113,6 +115,7 @@ class Concurrency:
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "window_start_unix_s": self.window_start_unix_s, "window_s": self.window_s,
+            "ramp_in_window_s": self.ramp_in_window_s,
             "target_users": self.target_users, "think_time_s": self.think_time_s,
             "in_flight": self.in_flight.to_json_dict(),
             "in_flight_share": _finite(self.in_flight_share),
@@ -170,18 +173,30 @@ def _measured(table: pa.Table) -> np.ndarray:
 def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s: float,
                          closed_loop: bool) -> Concurrency | None:
     """Achieved concurrency of a run's rows (every phase given: requests of the warm-up still
-    in flight inside the window count); None when the window is empty."""
+    in flight inside the window count); None when the window is empty. Closed loop: a ramp-up
+    that reaches into the measured window (warm-up shorter than users / spawn_rate) is cut off:
+    the judged window starts once the last user has sent its first request."""
     window = judged_window(table)
     if window is None:
         return None
     start, end = window
     send, finish = request_intervals(table)
+    keys = _user_keys(table) if closed_loop else None
+    ramp_s = 0.0
+    if keys is not None:
+        known = keys >= 0
+        order = np.lexsort((send[known], keys[known]))
+        first = np.r_[True, np.diff(keys[known][order]) != 0]
+        ramp_end = float(send[known][order][first].max())
+        if ramp_end > start:
+            ramp_s, start = min(ramp_end, end) - start, min(ramp_end, end)
+    if not end > start:
+        return None
     in_flight = time_weighted_count(send, finish, start, end)
     assert in_flight is not None
     busy = None
     gaps = np.empty(0)
     if closed_loop:
-        keys = _user_keys(table)
         busy_end = finish + think_time_s
         if keys is not None:
             order = np.lexsort((send, keys))
@@ -202,7 +217,7 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
         return float(np.percentile(gaps, q)) if gaps.size else None
 
     return Concurrency(
-        window_start_unix_s=start, window_s=end - start,
+        window_start_unix_s=start, window_s=end - start, ramp_in_window_s=ramp_s,
         target_users=target_users if closed_loop else None, think_time_s=think_time_s,
         in_flight=in_flight, busy=busy, resend_gaps=int(gaps.size),
         resend_gap_p50_s=gap(50), resend_gap_p99_s=gap(99),

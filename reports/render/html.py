@@ -273,8 +273,10 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
     rows = []
     concurrency = health.concurrency
     if concurrency is not None:
+        ramp = (f"; ramp-up into the window cut off: {concurrency.ramp_in_window_s:.1f} s"
+                if concurrency.ramp_in_window_s > 0 else "")
         rows.append(("judged window", f"{concurrency.window_s:.1f} s (first to last measured "
-                                      f"send)"))
+                                      f"send{ramp})"))
         flight = concurrency.in_flight
         share = concurrency.in_flight_share
         rows.append(("requests in flight (time-weighted)",

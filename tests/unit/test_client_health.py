@@ -99,6 +99,29 @@ def test_achieved_concurrency_and_resend_gaps_of_known_rows() -> None:
     assert open_loop.in_flight.mean == pytest.approx(result.in_flight.mean)
 
 
+def test_a_ramp_into_the_measured_window_is_not_judged() -> None:
+    """Warm-up shorter than the ramp: user 3 starts 2 s into the measured window. Judged from
+    its first send on, the users are busy all the time (no gaps); judged from the window's
+    start they would not be (3 of 4 users for 2 s)."""
+    e2e, think = 0.5, 0.2
+    table = closed_loop_rows(users=4, cycles=20, e2e_s=e2e, think_s=think, gap_s=0.0)
+    late_user = np.asarray(table.column("user_id")) == 3
+    sends = np.asarray(table.column("send_unix_s"))
+    first_measured = sends[np.asarray(table.column("phase")) == "measure"].min()
+    keep = ~late_user | (sends >= first_measured + 2.0)
+    ramped = table.filter(pa.array(keep))
+    result = achieved_concurrency(ramped, 4, think, closed_loop=True)
+    assert result is not None
+    late_start = sends[late_user & keep].min()
+    assert result.window_start_unix_s == pytest.approx(late_start)
+    assert result.ramp_in_window_s == pytest.approx(late_start - first_measured)
+    assert result.busy_share == pytest.approx(1.0)
+    verdict = client_health(ramped, records_over(ramped, [1e-4] * 200), closed_loop=True,
+                            target_users=4, think_time_s=think, max_loop_lag_p99_s=0.02,
+                            min_held_concurrency=0.98)
+    assert verdict.healthy
+
+
 def lag_record(unix_s: float, lags_s: list[float], cpu: float = 0.3) -> dict:
     return {"unix_s": unix_s, "process_id": 7, "interval_s": 1.0, "cpu_fraction": cpu,
             **lag_summary(lags_s), "socket_reads": 100, "sse_events": 103,
