@@ -385,14 +385,29 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
 
 
+SATURATED_CPU = 0.5  # a process busy at least half of a core was slowed by its own work
+
+
+def _remedy(lagged: Sequence[WorkerHealth], workers: int) -> str:
+    """What to do: a process busy with its own work needs company (more workers); one that sat
+    mostly idle while its timer was late was descheduled (the host's CPU went elsewhere)."""
+    busiest = max((w.cpu_p50 for w in lagged if w.cpu_p50 is not None), default=None)
+    if busiest is not None and busiest < SATURATED_CPU:
+        return (f"the load generator was descheduled (its busiest process used {busiest:.0%} of "
+                f"a core: the host's CPU went to the server or other processes); give it cores "
+                f"of its own (a less loaded host, fewer server threads), then more "
+                f"traffic.workers (this run had {workers})")
+    return (f"the load generator was the bottleneck; use more traffic.workers "
+            f"(this run had {workers})")
+
+
 def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHealth],
                    max_loop_lag_p99_s: float, min_held_concurrency: float) -> tuple[str, ...]:
     """The criterion (module docstring); each reason names the numbers and the remedy."""
     lagged = [w for w in workers if w.loop_lag is not None]
     if not lagged:  # not monitored: imported results, or a run from before the monitor
         return ()
-    remedy = (f"the load generator was the bottleneck; use more traffic.workers "
-              f"(this run had {len(workers)})")
+    remedy = _remedy(lagged, len(workers))
     reasons = []
     share = None if concurrency is None else concurrency.busy_share
     if share is not None and share < min_held_concurrency:

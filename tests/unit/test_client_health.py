@@ -202,6 +202,11 @@ def test_the_criterion_fires_on_loop_lag_above_its_bound() -> None:
     verdict = judged(fast, records_over(fast, lagging))
     assert len(verdict.reasons) == 1 and "event-loop lag p99" in verdict.reasons[0]
     assert "traffic.max_loop_lag_p99 20.0 ms" in verdict.reasons[0]
+    # its process used 30% of a core: it was descheduled, not busy with its own work
+    assert "descheduled" in verdict.reasons[0]
+    busy_records = [{**r, "cpu_fraction": 0.95} for r in records_over(fast, lagging)]
+    saturated = judged(fast, busy_records).reasons[0]
+    assert "was the bottleneck; use more traffic.workers" in saturated
     assert judged(fast, records_over(fast, lagging), lag=0.1).healthy
     # records outside the judged window (warm-up stalls) do not count
     sends = np.asarray(fast.column("send_unix_s"))
