@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Fidelity on a real server: the suite and `vllm bench serve`, alternated on one running vLLM
-server with matched traffic (~512-token prompts, 128 output tokens with ignore_eos, the
-completions endpoint, a closed loop of C streams), and both measured the same way from their
-per-request records:
+server with matched traffic — the very same prompts (the suite's long-doc plan, ~512 tokens,
+handed to vllm bench as a `custom` data set), 128 output tokens with ignore_eos, the completions
+endpoint, a closed loop of C streams — and both measured the same way from their per-request
+records:
 
 - mean requests in flight (time-weighted over the steady window) against C;
 - TTFT p50 / p99 and ITL p50 / p99 of the requests sent in the window;
@@ -47,6 +48,7 @@ class Measured:
     requests: int
     failed: int
     window_s: float
+    prompt_tokens_mean: float = float("nan")
 
 
 def measure(concurrency: int, client: str, rnd: int, sends: np.ndarray, ends: np.ndarray,
@@ -76,12 +78,27 @@ def measure(concurrency: int, client: str, rnd: int, sends: np.ndarray, ends: np
                     hi - lo)
 
 
-def run_bench(args: argparse.Namespace, concurrency: int, prompts: int, out: Path) -> Path:
+def export_prompts(run_dir: Path, out: Path) -> Path:
+    """The suite's request plan as a vllm bench `custom` data set: both clients then send the
+    very same completions prompts (the suite's plan, flattened as the suite sends them)."""
+    from vllm_slo.loadtests.plan import read_plan
+    from vllm_slo.loadtests.prompts import flatten_for_completions
+
+    plan = read_plan(run_dir / "requests.parquet")
+    path = out / "prompts.jsonl"
+    path.write_text("".join(
+        json.dumps({"prompt": flatten_for_completions(list(r.messages))}) + "\n"
+        for r in plan.requests))
+    return path
+
+
+def run_bench(args: argparse.Namespace, concurrency: int, prompts: int, out: Path,
+              dataset: Path) -> Path:
     result = out / f"bench-c{concurrency}-{int(time.time())}.json"
     command = [*args.bench_command.split(), "bench", "serve", "--backend", "vllm",
                "--base-url", args.url, "--endpoint", "/v1/completions", "--model", args.model,
-               "--tokenizer", str(args.tokenizer), "--dataset-name", "random",
-               "--random-input-len", str(args.input_len), "--random-output-len",
+               "--tokenizer", str(args.tokenizer), "--dataset-name", "custom",
+               "--dataset-path", str(dataset), "--skip-chat-template", "--custom-output-len",
                str(args.output_len), "--num-prompts", str(prompts), "--max-concurrency",
                str(concurrency), "--request-rate", "inf", "--ignore-eos", "--seed", "0",
                "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
@@ -111,9 +128,11 @@ def bench_measured(args: argparse.Namespace, concurrency: int, rnd: int, path: P
                                 (times[-1] - sends[k] if times.size else 0.0)))
     lo = float(sends.min()) + args.warmup
     hi = float(sends.max())
-    return measure(concurrency, "vllm bench serve", rnd, sends, np.asarray(ends),
-                   [t or 0.0 for t in data["ttfts"]], chunks, list(data["output_lens"]), ok,
-                   lo, hi)
+    result = measure(concurrency, "vllm bench serve", rnd, sends, np.asarray(ends),
+                     [t or 0.0 for t in data["ttfts"]], chunks, list(data["output_lens"]), ok,
+                     lo, hi)
+    result.prompt_tokens_mean = float(np.mean(data["input_lens"]))
+    return result
 
 
 def run_suite(args: argparse.Namespace, concurrency: int, out: Path) -> Path:
@@ -155,6 +174,8 @@ def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
     result = measure(concurrency, f"suite ({workers} workers)", rnd, sends, ends,
                      [r["ttft_s"] or 0.0 for r in rows], chunks,
                      [r["output_tokens"] or 0 for r in rows], ok, lo, hi)
+    result.prompt_tokens_mean = float(np.mean([r["prompt_tokens"] for r in rows
+                                               if r["prompt_tokens"] is not None]))
     (run_dir / "fidelity.json").write_text(json.dumps({"measured": asdict(result),
                                                        "exit_code": summary.get("exit_code")}))
     return result
@@ -162,11 +183,13 @@ def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
 
 def table(results: list[Measured]) -> str:
     lines = ["| C | client | round | mean in flight | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
-             "output tok/s | requests (failed) |", "|---|---|---|---|---|---|---|---|"]
+             "output tok/s | requests (failed) | prompt tokens (mean) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for m in results:
         lines.append(f"| {m.concurrency} | {m.client} | {m.round} | {m.in_flight:.1f} | "
                      f"{m.ttft_ms[0]:.0f} / {m.ttft_ms[1]:.0f} | {m.itl_ms[0]:.1f} / "
-                     f"{m.itl_ms[1]:.1f} | {m.output_tok_s:,.0f} | {m.requests} ({m.failed}) |")
+                     f"{m.itl_ms[1]:.1f} | {m.output_tok_s:,.0f} | {m.requests} ({m.failed}) | "
+                     f"{m.prompt_tokens_mean:.0f} |")
     return "\n".join(lines)
 
 
@@ -211,16 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[Measured] = []
     for c in args.concurrency:
-        prompts = c * 12  # first guess; later rounds sized from the measured request rate
+        prompts = 0
         for rnd in range(1, args.rounds + 1):
-            path = run_bench(args, c, prompts, args.out)
+            run_dir = run_suite(args, c, args.out)
+            suite = suite_measured(c, rnd, run_dir)
+            if not prompts:  # as many as the suite sent in the same time
+                prompts = int(suite.requests * (args.warmup + args.duration + 2)
+                              / max(suite.window_s, 1e-9))
+            path = run_bench(args, c, prompts, args.out, export_prompts(run_dir, args.out))
             bench = bench_measured(args, c, rnd, path)
-            data = json.loads(path.read_text())
-            rate = data["completed"] / data["duration"]
-            prompts = int(rate * (args.warmup + args.duration + 2))
-            suite = suite_measured(c, rnd, run_suite(args, c, args.out))
-            results += [bench, suite]
-            print(table([bench, suite]).splitlines()[-2:], flush=True)
+            results += [suite, bench]
+            print(table([suite, bench]).splitlines()[-2:], flush=True)
     report = table(results) + "\n" + checks(results)
     print(report)
     (args.out / "fidelity.md").write_text(f"host: {os.cpu_count()} cores\n\n{report}\n")
