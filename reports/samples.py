@@ -64,8 +64,11 @@ def conform(table: pa.Table) -> pa.Table:
 
 
 def load_samples(run_dir: Path) -> pa.Table:
-    """samples.parquet if consolidated, else whatever the streams hold."""
+    """samples.parquet if consolidated, else whatever the streams hold; one chunk a column
+    (the analysis reads the chunk offsets as one flat array: 1 GB for 250 M chunks), and the
+    read buffers handed back to the system."""
     parquet = run_dir / SAMPLES_FILE
-    if parquet.is_file():
-        return conform(pq.read_table(parquet))
-    return read_streams(stream_files(run_dir))
+    table = (conform(pq.read_table(parquet)) if parquet.is_file()
+             else read_streams(stream_files(run_dir))).combine_chunks()
+    pa.default_memory_pool().release_unused()
+    return table

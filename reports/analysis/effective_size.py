@@ -9,6 +9,8 @@ quantile's interval depends on (docs/statistics.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from scipy import fft as scipy_fft
 
@@ -18,6 +20,22 @@ from vllm_slo.reports.analysis.inputs import as_1d_float
 #: with fewer than this many of them the estimate is too noisy to trust on its own, so the tail
 #: is never credited with *less* dependence than the nearest level that has this many.
 MIN_EXCEEDANCES_FOR_TAIL_ACF: int = 50
+
+
+#: Series longer than this get their autocorrelation from blocks (below); shorter ones from one
+#: FFT of the whole series. Both give the same numbers up to floating-point rounding (~1e-15).
+BLOCKED_ABOVE: int = 1 << 22
+#: Lags the blocked estimate covers at first (block length); twice as many while Geyer's
+#: sequence has not stopped inside them.
+FIRST_BLOCK: int = 1 << 18
+#: A long indicator whose rarer value occurs at most this often (a threshold far in a tail)
+#: gets its autocovariances from the positions of those samples (pairs of them at each lag).
+SPARSE_MINORITY: int = 4096
+SPARSE_LAGS: int = 1 << 12
+_BATCH_SAMPLES = 1 << 22  # samples transformed at once (~100 MB of FFT buffers)
+
+# A series for the blocked estimate: (start, stop) -> its centered values there, float64.
+BlockSource = Callable[[int, int], np.ndarray]
 
 
 def _autocorrelation(x: np.ndarray) -> np.ndarray | None:
@@ -32,24 +50,136 @@ def _autocorrelation(x: np.ndarray) -> np.ndarray | None:
     return acov / acov[0]
 
 
+def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarray:
+    """``sum_t c_t c_{t+k}`` for lags k < block, from blocks of ``block`` samples.
+
+    Each block is transformed once (zero-padded to twice its length); a lag below the block
+    length pairs a sample with one in its own block or the next, so the sum of each block's
+    power spectrum (pairs inside blocks) and of each block's cross spectrum with the next
+    (pairs across a boundary, read at offset ``block`` of its inverse) give every pair once:
+    the same sums as one FFT of the whole series (what `_autocorrelation` computes), in
+    O(n log block) time and O(batch) memory."""
+    size = 2 * block
+    auto = np.zeros(block + 1)
+    cross = np.zeros(block + 1, dtype=complex)
+    previous: np.ndarray | None = None
+    rows = max(1, _BATCH_SAMPLES // block)
+    frame = np.zeros((rows, size))  # reused: the padding half stays zero
+    product = np.empty(block + 1, dtype=complex)
+    for first in range(0, n, rows * block):
+        values = source(first, min(n, first + rows * block))
+        full, rest = divmod(values.size, block)
+        if full:
+            frame[:full, :block] = values[:full * block].reshape(full, block)
+        if rest:  # the series' last, partial block
+            frame[full, :rest] = values[full * block:]
+            frame[full, rest:block] = 0.0
+        used = full + (1 if rest else 0)
+        spectra = scipy_fft.rfft(frame[:used], axis=1, workers=-1)
+        pairs = spectra.view(np.float64).reshape(used, block + 1, 2)
+        auto += np.einsum("ijk,ijk->j", pairs, pairs)
+        for row in range(used):  # each block's cross spectrum with the next one
+            if previous is not None:
+                np.conjugate(previous, out=product)
+                product *= spectra[row]
+                cross += product
+            previous = spectra[row]
+        previous = previous.copy() if previous is not None else None
+    return (scipy_fft.irfft(auto, size, workers=-1)[:block]
+            + scipy_fft.irfft(cross, size, workers=-1)[block:])
+
+
+def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None:
+    """``-1 + 2 * sum`` of Geyer's initial monotone pair sums of the autocorrelations ``rho``
+    (lag 0 first); None when ``rho`` is a prefix (``complete`` False) that the sequence has
+    not stopped inside."""
+    n_pairs = rho.size // 2
+    pair_sums = rho[: 2 * n_pairs].reshape(n_pairs, 2).sum(axis=1)
+    non_positive = np.flatnonzero(pair_sums <= 0.0)
+    if not non_positive.size and not complete:
+        return None
+    stop = int(non_positive[0]) if non_positive.size else n_pairs
+    pair_sums = np.minimum.accumulate(pair_sums[:stop])
+    return max(-1.0 + 2.0 * float(pair_sums.sum()), 1.0)
+
+
+def _blocked_tau(source: BlockSource, n: int, sum_squares: float) -> float | None:
+    """Geyer's tau from blocked autocovariances (lags covered grow until it stops); None for
+    a constant series. `sum_squares`: ``sum(x**2)`` of the uncentered series."""
+    block = FIRST_BLOCK
+    while True:
+        complete = block >= n
+        acov = blocked_autocovariance(source, n, min(block, n))
+        if not acov[0] > 1e-12 * max(sum_squares, 1e-300) / n:
+            return None
+        tau = _geyer_tau(acov / acov[0], complete)
+        if tau is not None:
+            return tau
+        block *= 2
+
+
+def _series_tau(x: np.ndarray) -> float:
+    if x.size <= BLOCKED_ABOVE:
+        rho = _autocorrelation(x)
+        return 1.0 if rho is None else float(_geyer_tau(rho, complete=True))
+    mean = x.mean()
+    tau = _blocked_tau(lambda a, b: x[a:b] - mean, x.size, float(np.dot(x, x)))
+    return 1.0 if tau is None else tau
+
+
+def sparse_indicator_autocovariance(positions: np.ndarray, n: int, lags: int) -> np.ndarray:
+    """``sum_t (J_t - p)(J_{t+k} - p)`` for lags k < `lags`, where J is 1 exactly at the
+    sorted `positions` of a series of n: the pair counts at each lag, corrected for the mean
+    (``C_k - p (#{P < n-k} + #{P >= k}) + (n - k) p^2``), the same sums an FFT gives."""
+    m = positions.size
+    share = m / n
+    counts = np.zeros(lags)
+    counts[0] = m
+    for distance in range(1, m):
+        gaps = positions[distance:] - positions[:-distance]
+        if gaps.min() >= lags:
+            break  # sorted positions: later distances only span longer lags
+        counts += np.bincount(gaps[gaps < lags], minlength=lags)
+    lag = np.arange(lags)
+    before_end = np.searchsorted(positions, n - lag, side="left")
+    from_lag = m - np.searchsorted(positions, lag, side="left")
+    return counts - share * (before_end + from_lag) + (n - lag) * share * share
+
+
+def _indicator_tau(x: np.ndarray, threshold: float) -> float:
+    """Geyer's tau of the indicator ``x <= threshold`` (long ones: block by block, or from the
+    positions of the rarer value when it is rare)."""
+    if x.size <= BLOCKED_ABOVE:
+        return _integrated_autocorrelation_time((x <= threshold).astype(float))
+    n = x.size
+    below = x <= threshold
+    ones = int(np.count_nonzero(below))
+    if ones in (0, n):
+        return 1.0  # constant: no information about dependence
+    if min(ones, n - ones) <= SPARSE_MINORITY:
+        positions = np.flatnonzero(below if ones <= n - ones else ~below)
+        acov = sparse_indicator_autocovariance(positions, n, SPARSE_LAGS)
+        tau = _geyer_tau(acov / acov[0], complete=False)
+        if tau is not None:
+            return tau
+    del below
+    share = ones / n
+    tau = _blocked_tau(lambda a, b: (x[a:b] <= threshold) - share, n, float(ones))
+    return 1.0 if tau is None else tau
+
+
 def _integrated_autocorrelation_time(x: np.ndarray) -> float:
     """Geyer's initial monotone sequence estimate of ``tau = 1 + 2 * sum(rho_k)``, at least 1.
 
     Autocorrelations are summed in adjacent pairs ``rho_2m + rho_2m+1`` until the first
     non-positive pair, and the pair sums are forced to be non-increasing (Geyer 1992). For
-    independent samples ``tau`` is 1 and the effective sample size ``n / tau`` is n.
+    independent samples ``tau`` is 1 and the effective sample size ``n / tau`` is n. Long
+    series (> ``BLOCKED_ABOVE``) get the same estimate from blocked autocovariances, which
+    only cover the lags the sequence needs.
     """
     if x.size < 4:
         return 1.0
-    rho = _autocorrelation(x)
-    if rho is None:
-        return 1.0
-    n_pairs = rho.size // 2
-    pair_sums = rho[: 2 * n_pairs].reshape(n_pairs, 2).sum(axis=1)
-    non_positive = np.flatnonzero(pair_sums <= 0.0)
-    stop = int(non_positive[0]) if non_positive.size else n_pairs
-    pair_sums = np.minimum.accumulate(pair_sums[:stop])
-    return max(-1.0 + 2.0 * float(pair_sums.sum()), 1.0)
+    return _series_tau(x)
 
 
 def effective_sample_size(series: np.ndarray) -> float:
@@ -61,7 +191,9 @@ def effective_sample_size(series: np.ndarray) -> float:
     series gives 0, a constant one (no information about dependence) gives n.
     """
     x = as_1d_float(series, "series")
-    x = x[np.isfinite(x)]
+    finite = np.isfinite(x)
+    if not finite.all():
+        x = x[finite]
     n = x.size
     if n == 0:
         return 0.0
@@ -82,8 +214,9 @@ def lag1_autocorrelation(series: np.ndarray) -> float | None:
 
 
 def indicator_effective_size(x: np.ndarray, threshold: float) -> float:
-    indicator = (x <= threshold).astype(float)
-    return float(min(float(x.size), max(1.0, x.size / _integrated_autocorrelation_time(indicator))))
+    """Effective size of the indicator ``x <= threshold`` of a time-ordered series."""
+    tau = 1.0 if x.size < 4 else _indicator_tau(x, threshold)
+    return float(min(float(x.size), max(1.0, x.size / tau)))
 
 
 def tail_reference_level(q: float, n: int) -> float:

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from vllm_slo.reports.analysis.chunk_times import gaps_in_arrival_order, tokens_by_arrival
 from vllm_slo.reports.analysis.statistics import (
     Estimate,
     mean_estimate,
-    percentile_estimate,
+    percentile_estimates,
     rate_estimate,
-    time_ordered,
 )
 from vllm_slo.scenarios.samples_format import ROW_ORDER
 
@@ -108,7 +109,8 @@ def pooled_gaps(offset_lists: pa.ListArray, send_unix_s: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Gaps between successive chunk offsets within each request, pooled in row order, and
     when each gap ended (the request's intended send + the later chunk's offset, Unix
-    seconds). Vectorised over the flattened lists: a 100k-request run has ~6 M gaps."""
+    seconds). The run's series take them in arrival order from
+    `chunk_times.gaps_in_arrival_order`, which equals `time_ordered(*pooled_gaps(...))`."""
     flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
     if flat.size < 2:
         return np.empty(0), np.empty(0)
@@ -120,52 +122,54 @@ def pooled_gaps(offset_lists: pa.ListArray, send_unix_s: np.ndarray
     return np.diff(flat)[keep], ends[1:][keep]
 
 
-def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
-                      output_tokens: np.ndarray, window_start_unix_s: float, bin_s: float,
-                      n_bins: int) -> np.ndarray:
-    """Output tokens per bin by the arrival time of the chunk that carried them: each request's
-    usage count is spread evenly over its content chunks (exact when a chunk is one token)."""
-    per_bin = np.zeros(n_bins)
-    counts = np.diff(offset_lists.offsets.to_numpy())
-    flat = np.asarray(offset_lists.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    if flat.size == 0:
-        return per_bin
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(counts > 0, np.nan_to_num(output_tokens) / counts, 0.0)
-    arrival = np.repeat(start_unix_s, counts) + flat
-    weight = np.repeat(share, counts)
-    index = np.floor((arrival - window_start_unix_s) / bin_s)
-    inside = (index >= 0) & (index < n_bins) & np.isfinite(weight)
-    np.add.at(per_bin, index[inside].astype(int), weight[inside])
-    return per_bin
+def _in_row_order(table: pa.Table) -> bool:
+    """Whether the rows already are in ROW_ORDER (samples.parquet is written so)."""
+    if table.num_rows < 2:
+        return True
+    sent = table.column("intended_send_unix_s").to_numpy()
+    step = np.diff(sent)
+    if not (step >= 0).all():
+        return False
+    ties = np.flatnonzero(step == 0)
+    if not ties.size:
+        return True
+    ids = table.column("request_id")
+    return bool(pc.all(pc.less_equal(ids.take(pa.array(ties)),
+                                     ids.take(pa.array(ties + 1)))).as_py())
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _mask(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).fill_null(False).to_numpy(zero_copy_only=False),
+                      dtype=bool)
 
 
 def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
     """Series of the `measure` rows of a samples table (any row order on input)."""
-    table = table.sort_by(ROW_ORDER)
-    phase = np.asarray(table.column("phase").to_pylist(), dtype=object)
-    ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
-    measured = phase == "measure"
+    if not _in_row_order(table):
+        table = table.sort_by(ROW_ORDER)
+    measured = np.asarray(pc.equal(table.column("phase"), "measure").fill_null(False)
+                          .to_numpy(zero_copy_only=False), dtype=bool)
+    ok = _mask(table, "ok")
     good = measured & ok
 
     def floats(name: str, mask: np.ndarray) -> np.ndarray:
-        column = table.column(name).to_numpy(zero_copy_only=False)
-        values = np.asarray(column, dtype=np.float64)[mask]
+        values = _column(table, name)[mask]
         return values[~np.isnan(values)]
 
     ttft = floats("ttft_s", good)
-    e2e_all = np.asarray(table.column("e2e_s").to_numpy(zero_copy_only=False), dtype=np.float64)
-    ttft_all = np.asarray(table.column("ttft_s").to_numpy(zero_copy_only=False),
-                          dtype=np.float64)
-    tokens_all = np.asarray(
-        table.column("output_tokens").to_numpy(zero_copy_only=False), dtype=np.float64)
+    e2e_all = _column(table, "e2e_s")
+    ttft_all = _column(table, "ttft_s")
+    tokens_all = _column(table, "output_tokens")
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot_all = (e2e_all - ttft_all) / (tokens_all - 1.0)
     tpot_mask = good & (tokens_all >= 2) & np.isfinite(tpot_all)
-    intended = np.asarray(table.column("intended_send_unix_s").to_numpy(), dtype=np.float64)
+    intended = _column(table, "intended_send_unix_s")
     chunk_offsets = table.column("chunk_offsets_s").combine_chunks()
-    good_offsets = chunk_offsets.filter(pa.array(good))
-    itl = time_ordered(*pooled_gaps(good_offsets, intended[good]))
+    itl = gaps_in_arrival_order(chunk_offsets, intended, good)
     window_start = float(intended[measured].min()) if measured.any() else None
     n_bins = max(1, int(np.ceil(window_s / bin_s)))
     tokens_per_bin = np.zeros(n_bins)
@@ -175,15 +179,14 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         inside = ok & (end_unix >= window_start) & (end_unix < window_start + n_bins * bin_s)
         index = ((end_unix[inside] - window_start) // bin_s).astype(int)
         np.add.at(completions_per_bin, index, 1.0)
-        tokens_per_bin = tokens_by_arrival(chunk_offsets.filter(pa.array(ok)), intended[ok],
-                                           tokens_all[ok], window_start, bin_s, n_bins)
-    queued = np.asarray(table.column("queued_for_slot").fill_null(False).to_numpy(
-        zero_copy_only=False), dtype=bool)
-    plan_index = table.column("plan_index").to_pylist()
-    known = [i for i in plan_index if i is not None]
-    reused = len(known) - len(set(known))
-    errors = table.column("error").to_pylist()
-    kinds = Counter(error_kind(errors[i] or "") for i in np.flatnonzero(measured & ~ok))
+        tokens_per_bin = tokens_by_arrival(chunk_offsets, intended, tokens_all, ok,
+                                           window_start, bin_s, n_bins)
+    queued = _mask(table, "queued_for_slot")
+    plan_index = table.column("plan_index").drop_null().to_numpy()
+    reused = int(plan_index.size - np.unique(plan_index).size)
+    failed_rows = np.flatnonzero(measured & ~ok)
+    errors = table.column("error").take(pa.array(failed_rows, type=pa.int64())).to_pylist()
+    kinds = Counter(error_kind(text or "") for text in errors)
     return RunSeries(
         ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,
@@ -204,8 +207,7 @@ def summarize_metric(metric: str, values: np.ndarray, confidence: float = 0.95
     return MetricSummary(
         metric=metric, count=int(values.size),
         mean=mean_estimate(values, confidence),
-        percentiles={q: percentile_estimate(values, q, confidence)
-                     for q in REPORTED_PERCENTILES})
+        percentiles=percentile_estimates(values, REPORTED_PERCENTILES, confidence))
 
 
 def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:

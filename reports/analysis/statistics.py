@@ -14,6 +14,7 @@ measured calibration are documented in ``docs/statistics.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -73,6 +74,22 @@ def percentile_label(percentile: float) -> str:
 # percentiles
 
 
+def _order_statistic_ranks(n: int, q: float, n_effective: float, confidence: float
+                           ) -> tuple[int | None, int | None]:
+    """The 1-based ranks of ``order_statistic_bounds`` (None: beyond the sample, open)."""
+    m = math.floor(min(n_effective, float(n)))
+    if n == 0 or m < 1:
+        return None, None
+    tail = (1.0 - confidence) / 2.0
+    binomial = stats.binom(m, q)
+    k_lo = float(binomial.ppf(tail))
+    k_hi = float(binomial.isf(tail)) + 1.0
+    scale = (n + 1) / (m + 1)
+    rank_lo = math.floor(k_lo * scale + 1e-9)
+    rank_hi = math.ceil(k_hi * scale - 1e-9)
+    return (rank_lo if rank_lo >= 1 else None), (rank_hi if rank_hi <= n else None)
+
+
 def order_statistic_bounds(
     sorted_values: np.ndarray, q: float, n_effective: float, confidence: float = 0.95
 ) -> tuple[float | None, float | None]:
@@ -86,19 +103,9 @@ def order_statistic_bounds(
     scipy's interval.
     """
     check_confidence(confidence)
-    n = sorted_values.size
-    m = math.floor(min(n_effective, float(n)))
-    if n == 0 or m < 1:
-        return None, None
-    tail = (1.0 - confidence) / 2.0
-    binomial = stats.binom(m, q)
-    k_lo = float(binomial.ppf(tail))
-    k_hi = float(binomial.isf(tail)) + 1.0
-    scale = (n + 1) / (m + 1)
-    rank_lo = math.floor(k_lo * scale + 1e-9)
-    rank_hi = math.ceil(k_hi * scale - 1e-9)
-    low = float(sorted_values[rank_lo - 1]) if rank_lo >= 1 else None
-    high = float(sorted_values[rank_hi - 1]) if rank_hi <= n else None
+    rank_lo, rank_hi = _order_statistic_ranks(sorted_values.size, q, n_effective, confidence)
+    low = None if rank_lo is None else float(sorted_values[rank_lo - 1])
+    high = None if rank_hi is None else float(sorted_values[rank_hi - 1])
     return low, high
 
 
@@ -120,6 +127,11 @@ def quantile_effective_size(series_time_ordered: np.ndarray, q: float, threshold
     if x.size == 0:
         return 0.0
     return capped_quantile_effective_size(x, q, threshold)
+
+
+def _check_percentile(percentile: float) -> None:
+    if not (0.0 <= percentile <= 100.0) or math.isnan(percentile):
+        raise ValueError(f"percentile must be within [0, 100], got {percentile!r}")
 
 
 def percentile_estimate(
@@ -146,50 +158,82 @@ def percentile_estimate(
     the autocorrelation stays as measured); a bound whose order statistic lies beyond the sample
     is open too. NaNs are dropped (with a warning). The method is deterministic.
     """
-    if not (0.0 <= percentile <= 100.0) or math.isnan(percentile):
-        raise ValueError(f"percentile must be within [0, 100], got {percentile!r}")
+    return percentile_estimates(series_time_ordered, (percentile,), confidence)[percentile]
+
+
+def percentile_estimates(
+    series_time_ordered: np.ndarray,
+    percentiles: Sequence[float],
+    confidence: float = 0.95,
+) -> dict[float, Estimate]:
+    """``percentile_estimate`` of each percentile (the same Estimates), sharing the work: the
+    series is partitioned twice for all of them (values, then bounds), never sorted, so
+    250 M ITL gaps cost seconds, not minutes."""
+    for percentile in percentiles:
+        _check_percentile(percentile)
     check_confidence(confidence)
     x, warnings = drop_nan(series_time_ordered, "series")
     n = x.size
+    method = "order-statistic-ess"
+    if n == 0:
+        return {p: Estimate(None, None, None, confidence, 0, 0.0, method, (
+            *warnings, f"insufficient samples for {percentile_label(p)} (need >= "
+                       f"{_need_text(p / 100.0, 0, 0.0)}, have 0): no samples"))
+                for p in percentiles}
+    quantiles = np.quantile(x, [p / 100.0 for p in percentiles])
+    pending: dict[float, tuple[float, float, int | None, int | None]] = {}
+    out: dict[float, Estimate] = {}
+    for percentile, quantile in zip(percentiles, quantiles, strict=True):
+        q = percentile / 100.0
+        value = float(quantile)
+        if min(q, 1.0 - q) == 0.0:
+            label = percentile_label(percentile)
+            out[percentile] = Estimate(value, None, None, confidence, n, float(n), method, (
+                *warnings, f"insufficient samples for {label} (need >= an unbounded number, "
+                           f"have {n}): {label} is the sample extreme and has no confidence "
+                           "bound"))
+            continue
+        n_eff = capped_quantile_effective_size(x, q, value)
+        pending[percentile] = (value, n_eff, *_order_statistic_ranks(n, q, n_eff, confidence))
+    ranks = sorted({r for _, _, *bounds in pending.values() for r in bounds if r is not None})
+    ordered = np.partition(x, [r - 1 for r in ranks]) if ranks else x
+    for percentile, (value, n_eff, rank_lo, rank_hi) in pending.items():
+        low = None if rank_lo is None else float(ordered[rank_lo - 1])
+        high = None if rank_hi is None else float(ordered[rank_hi - 1])
+        out[percentile] = _tail_rule(percentile, value, low, high, n, n_eff, confidence,
+                                     warnings)
+    return {p: out[p] for p in percentiles}
+
+
+def _need_text(q: float, n: int, n_eff: float) -> str:
+    side = min(q, 1.0 - q)
+    if side == 0.0:
+        return "an unbounded number"
+    inflation = n / n_eff if n > 0 and n_eff > 0 else 1.0
+    return str(math.ceil(MIN_EFFECTIVE_TAIL_SAMPLES / side * inflation))
+
+
+def _tail_rule(percentile: float, value: float, low: float | None, high: float | None, n: int,
+               n_eff: float, confidence: float, warnings: tuple[str, ...]) -> Estimate:
+    """The Estimate of a percentile whose bounds are known: the tail side opens with too few
+    effective samples beyond it (see `percentile_estimate`)."""
     q = percentile / 100.0
     label = percentile_label(percentile)
-    method = "order-statistic-ess"
-    side = min(q, 1.0 - q)
-
-    def need_text(n_eff: float) -> str:
-        if side == 0.0:
-            return "an unbounded number"
-        inflation = n / n_eff if n > 0 and n_eff > 0 else 1.0
-        return str(math.ceil(MIN_EFFECTIVE_TAIL_SAMPLES / side * inflation))
-
-    if n == 0:
-        return Estimate(None, None, None, confidence, 0, 0.0, method,
-                        (*warnings, f"insufficient samples for {label} (need >= "
-                                    f"{need_text(0.0)}, have 0): no samples"))
-    sorted_x = np.sort(x)
-    value = float(np.quantile(sorted_x, q))
-    if side == 0.0:
-        return Estimate(value, None, None, confidence, n, float(n), method,
-                        (*warnings, f"insufficient samples for {label} (need >= an unbounded "
-                                    f"number, have {n}): {label} is the sample extreme and has "
-                                    "no confidence bound"))
-    n_eff = capped_quantile_effective_size(x, q, value)
-    low, high = order_statistic_bounds(sorted_x, q, n_eff, confidence)
-    effective_tail = n_eff * side
+    effective_tail = n_eff * min(q, 1.0 - q)
     if effective_tail < MIN_EFFECTIVE_TAIL_SAMPLES:
         if q >= 0.5:
             high = None
         if q <= 0.5:
             low = None
         warnings = (*warnings, (
-            f"insufficient samples for {label} (need >= {need_text(n_eff)}, have {n}): "
+            f"insufficient samples for {label} (need >= {_need_text(q, n, n_eff)}, have {n}): "
             f"{effective_tail:.1f} effective samples beyond {label}, "
             f"{MIN_EFFECTIVE_TAIL_SAMPLES:g} required (autocorrelation leaves ~{n_eff:.0f} "
             f"effective of {n} requests); the observed value is shown, its interval is open"))
     elif low is None or high is None:
         warnings = (*warnings, f"{label}: no order-statistic bound at {confidence:.0%} on "
                                f"one side with ~{n_eff:.0f} effective samples (open)")
-    return Estimate(value, low, high, confidence, n, n_eff, method, warnings)
+    return Estimate(value, low, high, confidence, n, n_eff, "order-statistic-ess", warnings)
 
 
 def time_ordered(values: np.ndarray, times: np.ndarray) -> np.ndarray:
