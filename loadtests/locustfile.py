@@ -37,6 +37,7 @@ from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
+from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
@@ -244,9 +245,12 @@ class _StreamingUser(User):
         RUN.next_user_id += 1
         self.requests_sent = 0
         # no timeout on each socket read (gevent arms a timer per wait: ~10% of the client's
-        # CPU at 400 streams); one watchdog per request bounds it instead (send)
+        # CPU at 400 streams); one watchdog per request bounds it instead (send). The process's
+        # reader pump reads every user's responses (loadtests/reader_pump.py);
+        # VLLM_SLO_READER=blocking reads in each user's greenlet instead (for comparisons)
+        reader = None if os.environ.get("VLLM_SLO_READER") == "blocking" else pump().read
         self.client = HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key,
-                                       read_timeouts=False)
+                                       read_timeouts=False, reader=reader)
 
     def on_stop(self) -> None:
         self.client.close()
@@ -267,7 +271,9 @@ class _StreamingUser(User):
         send_unix_s = time.time()
         RUN.monitor.in_flight.enter()
         timeout_s = traffic.request_timeout_s
-        try:  # the watchdog's TimeoutError surfaces in a read and becomes a transport error
+        # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
+        # of the socket, the client closes it): a transport error with the chunks so far
+        try:
             with gevent.Timeout(timeout_s, TimeoutError(
                     f"response not finished after {timeout_s:g}s (traffic.request_timeout)")):
                 outcome = send_streamed(self.client, traffic.endpoint, body, request_id)

@@ -6,8 +6,9 @@
 and the Locust users share lives there); `servers` never imports `loadtests`; `reports` imports
 only `scenarios`; inside `reports`, `analysis` never imports `render`. Every import of the
 suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
-module), and only the locustfiles (and the self-monitor they run, loadtests/client_monitor.py)
-import locust or gevent. Checked statically on the source.
+module), and only the locustfiles (and the greenlets they run: the self-monitor,
+loadtests/client_monitor.py, and the reader pump, loadtests/reader_pump.py) import locust or
+gevent. Checked statically on the source.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "scenarios": {"scenarios"},
 }
 LOCUST_NAMES = ("locust", "gevent")
-LOCUST_SIDE_MODULES = ("client_monitor.py",)  # greenlets the locustfiles run (self-monitoring)
+# greenlets the locustfiles run: the self-monitor and the reader pump
+LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py")
 
 
 @dataclass(frozen=True)
