@@ -8,13 +8,15 @@ does (Arrow IPC stream under samples/, then `consolidate` -> samples.parquet), t
 report.html, junit.xml, summary.md) and prints the seconds and report.html's size.
 
 Targets (issue 5): < 30 s and < 15 MB for 100,000 requests. Plots downsample or aggregate;
-statistics never do.
+statistics never do; the page inlines plotly.js's basic partial bundle (1.2 MB), so it is
+~1.6 MB. Bigger runs (1 M requests x 250 chunks) and the sample writer:
+benchmarks/analysis_scale.py.
 
     python benchmarks/report_render.py                 # 100,000 requests x 64 chunks
     python benchmarks/report_render.py --requests 20000 --keep runs/bench-report
     python benchmarks/report_render.py --profile       # cProfile's top functions too
 
-The synthetic run folder comes from reports/synthetic.py (the report tests use it too).
+The synthetic run folder comes from tests/support/synthetic.py (the report tests use it too).
 """
 
 from __future__ import annotations
