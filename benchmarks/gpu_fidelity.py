@@ -135,7 +135,8 @@ def bench_measured(args: argparse.Namespace, concurrency: int, rnd: int, path: P
     return result
 
 
-def run_suite(args: argparse.Namespace, concurrency: int, out: Path) -> Path:
+def run_suite(args: argparse.Namespace, concurrency: int, out: Path,
+              workers: str = "auto") -> Path:
     runs = out / "runs"
     before = set(runs.glob("*")) if runs.exists() else set()
     doc_tokens = args.input_len - 32  # the instruction around the document takes ~20-30
@@ -148,7 +149,8 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path) -> Path:
                f"traffic.duration={args.duration}s", f"traffic.warmup={args.warmup}s",
                f"traffic.long-doc.min_doc_tokens={doc_tokens}",
                f"traffic.long-doc.max_doc_tokens={doc_tokens}",
-               f"traffic.long-doc.output_tokens={args.output_len}", "slo={}"]
+               f"traffic.long-doc.output_tokens={args.output_len}", f"traffic.workers={workers}",
+               "slo={}"]
     with open(out / "suite.log", "a") as log:
         # in the output folder: `-m` puts the cwd first on sys.path, and a checkout's
         # vllm_slo/ would shadow the installed package
@@ -229,10 +231,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--bench-command", default="python3 -m vllm.entrypoints.cli.main")
     parser.add_argument("--out", type=Path, default=Path("runs/gpu-fidelity"))
+    parser.add_argument("--sequence", nargs="+", default=None,
+                        help="diagnostic: run these steps in order at the first concurrency, "
+                        "e.g. suite:14 bench suite:4 (suite:N = traffic.workers N)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[Measured] = []
+    if args.sequence:  # a diagnostic order, e.g. suite:14 bench suite:4 (workers per suite run)
+        c, prompts, dataset = args.concurrency[0], 0, None
+        for rnd, step in enumerate(args.sequence, 1):
+            if step.startswith("suite"):
+                run_dir = run_suite(args, c, args.out, step.partition(":")[2] or "auto")
+                result = suite_measured(c, rnd, run_dir)
+                dataset = export_prompts(run_dir, args.out)
+                prompts = prompts or int(result.requests * (args.warmup + args.duration + 2)
+                                         / max(result.window_s, 1e-9))
+            else:
+                assert dataset is not None, "a suite step must come first (it makes the prompts)"
+                result = bench_measured(args, c, rnd, run_bench(args, c, prompts, args.out,
+                                                                dataset))
+            results.append(result)
+            (args.out / "sequence.md").write_text(table(results) + "\n")
+            print(table([result]).splitlines()[-1], flush=True)
+        print(table(results))
+        return 0
     for c in args.concurrency:
         prompts = 0
         for rnd in range(1, args.rounds + 1):
