@@ -46,13 +46,18 @@ class LocustResult:
 # for a server attached on loopback; on the CPU platform vLLM's worker takes every core but one
 GPU_SERVER_CORES = 2
 MAX_AUTO_WORKERS = 32
+# streams one worker is given by `auto`: on a 16-core host one worker holds 256 streams at 43%
+# of a core within 2 ms (TTFT p50) of the truth, 64 at 17% (benchmarks/client_capacity.py,
+# docs/gpu.md); more processes than needed compete with the server's own CPU (an H200 run with
+# 14 workers for 256 streams saw the server emit 20% fewer tokens than under vllm bench)
+STREAMS_PER_AUTO_WORKER = 64
 
 
 def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> int:
     """Locust worker processes for a run: `traffic.workers`, or for `auto` the host's cores
     minus what the server needs (`server_share`: "gpu" launched on a GPU, "cpu" launched on
-    this CPU, "local" attached on loopback, "remote" attached elsewhere), at most one per user
-    (open loop: per in-flight slot) and at most MAX_AUTO_WORKERS."""
+    this CPU, "local" attached on loopback, "remote" attached elsewhere), one per
+    STREAMS_PER_AUTO_WORKER users (open loop: in-flight slots), at most MAX_AUTO_WORKERS."""
     if traffic.workers != "auto":
         return traffic.workers
     keeps = {"gpu": GPU_SERVER_CORES, "cpu": cpu_count - 1, "local": GPU_SERVER_CORES,
@@ -60,7 +65,8 @@ def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> 
     arrival = traffic.arrival
     users = arrival.max_in_flight if arrival.open_loop else max(
         [arrival.users or 1, *(stage.users or 0 for stage in arrival.stages)])
-    return max(1, min(cpu_count - keeps, users, MAX_AUTO_WORKERS))
+    wanted = -(-users // STREAMS_PER_AUTO_WORKER)  # ceil
+    return max(1, min(cpu_count - keeps, wanted, MAX_AUTO_WORKERS))
 
 
 def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int = 1
