@@ -1,6 +1,8 @@
-"""End-to-end A/B/A with real vLLM (CPU build): a config with a large real effect
-(`max-num-seqs` 2 vs the default 128 under 12 concurrent users) is detected as significant, and
-the same config on fresh server instances (A/A) is not. Each trial is its own server."""
+"""End-to-end A/B with real vLLM (CPU build): a config with a large real effect (`max-num-seqs`
+2 vs the default 128 under 12 concurrent users) is detected as significant. Each trial is its
+own server. (An A/A arm — the same config on 5 more fresh instances, found not significant —
+ran here until CI time had to be cut: 5 vLLM starts, ~4 min; A/A false-positive rates are
+calibrated by simulation in benchmarks/stats_calibration.py, docs/statistics.md.)"""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory):
     runs = tmp_path_factory.mktemp("ab")
     return run_cli([
         "run", "scenario=chat", f"trials={TRIALS}",
-        "variants={base: {}, again: {}, narrow: {server: {args: {max-num-seqs: 2}}}}",
+        "variants={base: {}, narrow: {server: {args: {max-num-seqs: 2}}}}",
         "traffic.duration=5s", "traffic.warmup=3s", "traffic.arrival.users=12",
         "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
         "traffic.chat.turns=1", "traffic.chat.output_tokens=16",
@@ -38,14 +40,14 @@ def test_every_trial_ran_on_its_own_server_in_interleaved_order(experiment) -> N
     summary = experiment.json("summary.json")
     assert experiment.returncode == 0, experiment.output
     order = [o["variant"] for o in summary["order"]]
-    assert order[:6] == ["base", "again", "narrow", "narrow", "again", "base"]
+    assert order[:4] == ["base", "narrow", "narrow", "base"]
     pids = set()
     plan_hashes = set()
     for folder in sorted((experiment.run_dir / "trials").iterdir()):
         provenance = json.loads((folder / "provenance.json").read_text())
         pids.add(provenance["server_pid"])
         plan_hashes.add(provenance["plan"]["sha256"])
-    assert len(pids) == 3 * TRIALS  # a fresh server instance per trial
+    assert len(pids) == 2 * TRIALS  # a fresh server instance per trial
     assert len(plan_hashes) == 1  # identical prompt sequences in every trial and variant
     narrow_args = summary["variants"]["narrow"]["server_args"]
     assert narrow_args["max-num-seqs"] == 2
@@ -58,26 +60,21 @@ def test_large_real_effect_is_significant(experiment) -> None:
     assert ttft["ratio"]["value"] > 1.5  # 2 running of 12: the rest queue before prefill
 
 
-def test_same_config_on_fresh_instances_is_not_significant(experiment) -> None:
-    cells = comparison(experiment.json("summary.json"), "again")
-    assert not any(cell["significant"] for cell in cells.values()), cells
-
-
 def test_report_and_text(experiment, tmp_path: Path) -> None:
     assert (experiment.run_dir / "report.html").stat().st_size > 100_000
-    assert "vs base" in experiment.output and "~" in experiment.output
+    assert "vs base" in experiment.output
     rerendered = run_cli(["report", str(experiment.run_dir)], tmp_path)
     assert rerendered.returncode == 0, rerendered.output
 
 
 def test_verdicts_rest_on_the_between_trial_distribution(experiment) -> None:
-    """The A/A arms ran on 2 × 5 fresh vLLM instances: each trial's own verdict covers its
+    """Each variant ran on 5 fresh vLLM instances: each trial's own verdict covers its
     instance only (within-instance), while the experiment's verdict is decided from the
     per-trial values (between-trials): their geometric mean with a t interval on the logs."""
     import math
 
     summary = experiment.json("summary.json")
-    for name in ("base", "again"):
+    for name in ("base", "narrow"):
         variant = summary["variants"][name]
         (slo,) = variant["slos"]
         assert slo["scope"] == "between-trials", slo
