@@ -25,6 +25,7 @@ from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 STAGES_LOCUSTFILE = Path(__file__).resolve().parent / "locustfile_stages.py"
 STARTUP_ALLOWANCE_S = 120.0
+REMOTE_WORKERS_WAIT_S = 300.0  # the master gives up when the remote workers are not all there
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +85,27 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
     elif not closed_stages:
         argv += ["--users", str(arrival.users), "--spawn-rate", f"{arrival.spawn_rate:g}",
                  "--run-time", f"{math.ceil(traffic.total_s)}s"]
+    if traffic.remote_workers:
+        argv += ["--master", "--expect-workers", str(traffic.remote_workers),
+                 "--expect-workers-max-wait", f"{REMOTE_WORKERS_WAIT_S:.0f}",
+                 "--master-bind-host", traffic.master_bind,
+                 "--master-bind-port", str(traffic.master_port)]
     argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
              "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
              "--vllm-slo-run-dir", str(run_dir.resolve())]
-    if workers > 1:
+    if workers > 1 and not traffic.remote_workers:
         argv += ["--processes", str(workers)]
     argv.append("OpenLoopUser" if arrival.open_loop else "ClosedLoopUser")
     return argv
+
+
+def worker_argv(run_dir: Path, traffic: TrafficSpec, master_host: str) -> list[str]:
+    """What to run on each host that lends a worker to a `remote_workers` run (one worker
+    process; `--processes K` on it would count as K of the expected workers)."""
+    closed_stages = traffic.arrival.kind == "stages" and not traffic.arrival.open_loop
+    return ["locust", "-f", str(STAGES_LOCUSTFILE if closed_stages else LOCUSTFILE),
+            "--worker", "--master-host", master_host, "--master-port",
+            str(traffic.master_port), "--vllm-slo-run-dir", str(run_dir.resolve())]
 
 
 def run_locust(
@@ -105,7 +120,8 @@ def run_locust(
     run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
     planned_s = traffic.total_s
-    hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S
+    hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S + (
+        REMOTE_WORKERS_WAIT_S if traffic.remote_workers else 0.0)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             locust_argv(run_dir, base_url, traffic, workers), stdout=log, stderr=subprocess.STDOUT,

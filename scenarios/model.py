@@ -205,6 +205,15 @@ class TrafficSpec(Frozen):
     max_send_lag_p99_s: Seconds = Field(
         0.05, alias="max_send_lag_p99", gt=0,
         description="a run whose p99 send lag exceeds this is flagged client-limited")
+    remote_workers: int = Field(
+        0, ge=0, le=4096,
+        description="Locust's distributed mode across hosts: the suite runs the master only and "
+        "waits for this many `locust --worker` processes (the command is printed; each host "
+        "must see the run folder at the same path)")
+    master_bind: str = Field(
+        "127.0.0.1", description="with remote_workers: the address the Locust master listens "
+        "on (loopback by default; give this host's address to admit other hosts)")
+    master_port: int = Field(5557, ge=1, le=65535, description="with remote_workers")
     max_loop_lag_p99_s: Seconds = Field(
         0.05, alias="max_loop_lag_p99", gt=0,
         description="a run whose load-generator event-loop lag p99 exceeds this is flagged "

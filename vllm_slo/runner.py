@@ -16,7 +16,12 @@ from urllib.parse import urlsplit
 import yaml
 
 from vllm_slo.loadtests.arrivals import arrival_offsets_s
-from vllm_slo.loadtests.locust_launcher import resolve_workers, run_locust
+from vllm_slo.loadtests.locust_launcher import (
+    REMOTE_WORKERS_WAIT_S,
+    resolve_workers,
+    run_locust,
+    worker_argv,
+)
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.redaction import redact_secrets
@@ -215,9 +220,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                 if provenance["prefix_cache_reset"] != "reset":
                     status["warnings"].append(
                         f"prefix cache {provenance['prefix_cache_reset']}")
-            workers = resolve_workers(traffic, os.cpu_count() or 1,
-                                      _server_share(spec.url, platform))
+            workers = traffic.remote_workers or resolve_workers(
+                traffic, os.cpu_count() or 1, _server_share(spec.url, platform))
             provenance["locust_workers"] = workers
+            if traffic.remote_workers:
+                provenance["locust_master"] = f"{traffic.master_bind}:{traffic.master_port}"
             (run_dir / LOCUST_CONFIG_FILE).write_text(json.dumps({
                 "traffic": traffic.model_dump(mode="json", by_alias=True),
                 "model_id": ready.model_id, "api_key_env": spec.api_key_env,
@@ -235,6 +242,13 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
             say(f"traffic: {traffic.profile}, {load}, warm-up {traffic.warmup_s:g}s + "
                 f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
                 f"{workers} Locust worker process{'es' if workers > 1 else ''}")
+            if traffic.remote_workers:
+                host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
+                    else "<this host>"
+                say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "
+                    f"{REMOTE_WORKERS_WAIT_S:.0f}s); on each worker host, with the run folder "
+                    f"at the same path (shared file system), run:\n  "
+                    + " ".join(worker_argv(run_dir, traffic, host)))
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
             locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
                                 progress_interval_s=5.0 if interactive else 30.0)
