@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from vllm_slo.servers.vllm_server import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS = ("suite", "fasthttp", "vllm-bench")
@@ -165,17 +166,6 @@ def start_standins(args: argparse.Namespace, folder: Path
         processes.append(process)
         records.append(record)
     return processes, f"http://127.0.0.1:{port}", records
-
-
-def stop_group(process: subprocess.Popen, timeout_s: float = 20.0) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout_s)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def read_records(path: Path) -> list[dict]:
@@ -369,13 +359,13 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
                 process.wait(args.warmup + args.duration + 600)
             except subprocess.TimeoutExpired:
                 cell.notes.append("client timed out")
-                stop_group(process)
+                stop_process_group(process)
             sampler.stop()
         if process.returncode not in (0, 1, 3):
             cell.notes.append(f"client exited {process.returncode} (see {folder}/client.log)")
     finally:
         for standin in standins:
-            stop_group(standin)
+            stop_process_group(standin)
     requests = {"suite": lambda: suite_requests(folder, clock_offset_s),
                 "fasthttp": lambda: fasthttp_requests(folder),
                 "vllm-bench": lambda: bench_requests(folder)}[client]()

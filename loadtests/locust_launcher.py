@@ -8,8 +8,6 @@ writes, and stops it early when the server dies.
 from __future__ import annotations
 
 import math
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
+from vllm_slo.servers.vllm_server import stop_process_group
 
 # absolute paths of the installed locustfiles: nothing depends on the working directory
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -144,19 +143,6 @@ def run_locust(
                 progress(now - started, planned_s)
                 next_progress = now + progress_interval_s
     finally:
-        if process.poll() is None:
-            _stop(process)
+        if process.poll() is None:  # the master and its --processes workers; rows get flushed
+            stop_process_group(process, grace_s=15.0)
     return LocustResult(process.returncode, log_path, stopped_early)
-
-
-def _stop(process: subprocess.Popen, grace_s: float = 15.0) -> None:
-    """SIGTERM the Locust group (master and --processes workers; rows get flushed), then
-    SIGKILL."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(grace_s)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
