@@ -18,9 +18,10 @@ the bucket's upper edge), CPU per worker, socket reads and SSE events (events pe
 chunks waited in the socket buffer for a late read), and from the rows content chunks per
 output token.
 
-The measured window for this judgement is [first, last] send of a measured row: after the
-last measured send the run may already be stopping users; ramp-up belongs to warm-up, so in
-closed loop the window starts no earlier than the last user's first send.
+The measured window for this judgement is [first send of a measured row, last one − 1 s]:
+the run's last second belongs to its stop (Locust stopping users: measured stalls there), and
+ramp-up belongs to warm-up, so in closed loop the window starts no earlier than the last
+user's first send.
 
 **Criterion** (a run driven by the suite's own monitored Locust processes; imported results
 carry no monitor records and are never judged): the measurement is invalid (exit 4) when
@@ -143,14 +144,24 @@ def request_intervals(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return send, np.where(np.isfinite(end), np.maximum(end, send), send)
 
 
+STOP_GUARD_S = 1.0  # the run's last second before its last measured send: the stop's
+
+
 def judged_window(table: pa.Table) -> tuple[float, float] | None:
-    """[first, last] actual send of a measured row (None without two distinct sends)."""
+    """[first actual send of a measured row, last one − STOP_GUARD_S] (None without two
+    distinct sends). The measured window ends when Locust stops the users (cool-down 0): in the
+    last second the processes are busy stopping (both workers of a 2-process run were measured
+    stalling 200 ms together there), which is the end of the run, not the measurement; a window
+    shorter than twice the guard is judged whole."""
     measured = _measured(table)
     send, _ = request_intervals(table)
     sends = send[measured & np.isfinite(send)]
     if sends.size < 2 or not sends.max() > sends.min():
         return None
-    return float(sends.min()), float(sends.max())
+    first, last = float(sends.min()), float(sends.max())
+    if last - first >= 2 * STOP_GUARD_S:
+        last -= STOP_GUARD_S
+    return first, last
 
 
 def _user_keys(table: pa.Table) -> np.ndarray | None:

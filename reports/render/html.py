@@ -275,8 +275,8 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
     if concurrency is not None:
         ramp = (f"; ramp-up into the window cut off: {concurrency.ramp_in_window_s:.1f} s"
                 if concurrency.ramp_in_window_s > 0 else "")
-        rows.append(("judged window", f"{concurrency.window_s:.1f} s (first to last measured "
-                                      f"send{ramp})"))
+        rows.append(("judged window", f"{concurrency.window_s:.1f} s (first measured send to "
+                                      f"the last one − 1 s{ramp})"))
         flight = concurrency.in_flight
         share = concurrency.in_flight_share
         rows.append(("requests in flight (time-weighted)",
@@ -296,7 +296,7 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
                          f"({concurrency.resend_gaps:,} re-sends)"))
     if health.loop_lag is not None:
         lag = health.loop_lag
-        rows.append(("event-loop lag (5 ms timer, all workers)",
+        rows.append(("event-loop lag (10 ms timer, all workers)",
                      f"p50 {_ms(lag.p50_s)}, p99 {_ms(lag.p99_s)}, max {_ms(lag.max_s)}; "
                      f"criterion p99 ≤ {_ms(health.max_loop_lag_p99_s)}"))
     elif not health.monitored:

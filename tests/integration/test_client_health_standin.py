@@ -45,7 +45,7 @@ def test_a_healthy_closed_loop_run_is_monitored_and_not_flagged(standin: str,
     assert len(records) >= 5  # one a second over ~7 s of traffic
     assert all(set(record) >= MONITOR_FIELDS for record in records)
     steady = records[2:-1]
-    assert all(r["loop_lag_samples"] > 50 for r in steady)  # a 5 ms timer ran all along
+    assert all(r["loop_lag_samples"] > 50 for r in steady)  # a 10 ms timer ran all along
     assert all(r["sse_events"] > 0 and r["socket_reads"] > 0 for r in steady)
     assert max(r["in_flight_max"] for r in records) == USERS
 

@@ -78,19 +78,20 @@ def closed_loop_rows(*, users: int, cycles: int, e2e_s: float, think_s: float, g
 
 
 def test_achieved_concurrency_and_resend_gaps_of_known_rows() -> None:
-    e2e, think, gap = 0.5, 0.2, 0.03
+    e2e, think, gap = 0.77, 0.2, 0.03  # one cycle a second
     table = closed_loop_rows(users=4, cycles=12, e2e_s=e2e, think_s=think, gap_s=gap,
                              failed_every=5)  # failed requests hold their slot too
     result = achieved_concurrency(table, 4, think, closed_loop=True)
     assert result is not None
-    cycle = e2e + think + gap
-    assert result.window_s == pytest.approx(9 * cycle)  # sends of cycles 2..11
-    assert result.in_flight.mean == pytest.approx(4 * e2e / cycle)
+    # measured sends at cycles 2..11; the run's last second (the stop's) is not judged
+    assert result.window_start_unix_s == pytest.approx(T0 + 2.0)
+    assert result.window_s == pytest.approx(8.0)
+    assert result.in_flight.mean == pytest.approx(4 * e2e)
     assert (result.in_flight.min, result.in_flight.max) == (0, 4)
     assert result.busy is not None
-    assert result.busy_share == pytest.approx((e2e + think) / cycle)
+    assert result.busy_share == pytest.approx(e2e + think)
     assert (result.busy.min, result.busy.max) == (0, 4)
-    assert result.resend_gaps == 4 * 10  # each measured send (cycles 2..11) follows one
+    assert result.resend_gaps == 4 * 9  # each send of cycles 2..10 follows one
     assert result.resend_gap_p50_s == pytest.approx(gap, abs=1e-6)
     assert result.resend_gap_p99_s == pytest.approx(gap, abs=1e-6)
     # open loop: no users target, no busy time, no gaps
@@ -180,20 +181,20 @@ def records_over(table: pa.Table, lags_s: list[float]) -> list[dict]:
 
 def test_the_criterion_fires_on_real_resend_gaps_and_not_below_them() -> None:
     quiet = [1e-4] * 199 + [0.002]
-    # 30 ms re-send gaps on 0.73 s cycles: users busy 95.9% of the time -> limited
-    slow = closed_loop_rows(users=4, cycles=40, e2e_s=0.5, think_s=0.2, gap_s=0.03)
+    # 30 ms re-send gaps on 1 s cycles: users busy 97.0% of the time -> limited
+    slow = closed_loop_rows(users=4, cycles=40, e2e_s=0.77, think_s=0.2, gap_s=0.03)
     verdict = judged(slow, records_over(slow, quiet))
     assert verdict.monitored and not verdict.healthy and len(verdict.reasons) == 1
     reason = verdict.reasons[0]
-    assert "95.9%" in reason and "98%" in reason and "traffic.workers" in reason
+    assert "97.0%" in reason and "98%" in reason and "traffic.workers" in reason
     assert "p50 30.0 ms" in reason
-    # 2 ms gaps: 99.7% busy -> healthy
-    fast = closed_loop_rows(users=4, cycles=40, e2e_s=0.5, think_s=0.2, gap_s=0.002)
+    # 15 ms gaps: 98.5% busy -> healthy
+    fast = closed_loop_rows(users=4, cycles=40, e2e_s=0.785, think_s=0.2, gap_s=0.015)
     assert judged(fast, records_over(fast, quiet)).healthy
     # the same slow rows without monitor records (an import): reported, never judged
     unjudged = judged(slow, [])
     assert unjudged.healthy and not unjudged.monitored
-    assert unjudged.concurrency is not None and unjudged.concurrency.busy_share < 0.96
+    assert unjudged.concurrency is not None and unjudged.concurrency.busy_share < 0.975
 
 
 def test_the_criterion_fires_on_loop_lag_above_its_bound() -> None:
@@ -215,8 +216,9 @@ def test_the_criterion_fires_on_loop_lag_above_its_bound() -> None:
 
 
 def write_monitored_run(tmp_path: Path, gap_s: float) -> Path:
-    table = closed_loop_rows(users=4, cycles=40, e2e_s=0.5, think_s=0.2, gap_s=gap_s)
-    scenario = synthesis.scenario_document("monitored", duration_s=25.0, warmup_s=1.4,
+    """40 one-second cycles of 4 users, re-sending gap_s late."""
+    table = closed_loop_rows(users=4, cycles=40, e2e_s=0.8 - gap_s, think_s=0.2, gap_s=gap_s)
+    scenario = synthesis.scenario_document("monitored", duration_s=38.0, warmup_s=2.0,
                                            slo={"error_rate": "< 50%"})
     scenario["traffic"]["arrival"] = {"kind": "closed", "users": 4, "spawn_rate": 4.0,
                                       "think_time": 0.2}
@@ -233,9 +235,9 @@ def test_a_monitored_run_renders_its_health_and_turns_red_when_limited(tmp_path:
     section = healthy.summary["client_health"]
     assert section["healthy"] and section["criterion"]["monitored"]
     assert section["workers"][0]["process_id"] == 7 and section["loop_lag"]["samples"] > 0
-    assert section["concurrency"]["busy_share"] == pytest.approx(0.7 / 0.702, abs=1e-3)
+    assert section["concurrency"]["busy_share"] == pytest.approx(0.998)
     assert healthy.summary["exit_code"] == 0
-    assert "client: busy 99.7% of 4 users" in healthy.text
+    assert "client: busy 99.8% of 4 users" in healthy.text
     page = healthy.report_path.read_text()
     assert '<section id="health" class="healthy">' in page and '<dl id="client">' in page
 
@@ -244,7 +246,7 @@ def test_a_monitored_run_renders_its_health_and_turns_red_when_limited(tmp_path:
     assert limited.summary["exit_code"] == 4
     reasons = limited.summary["client_health"]["reasons"]
     assert reasons and reasons[0] in limited.summary["invalid_reasons"]
-    assert "client (LIMITED): busy 95.9%" in limited.text
+    assert "client (LIMITED): busy 97.0%" in limited.text
     assert "INVALID      client-limited: users were busy" in limited.text
     assert "measurement invalid:** client-limited" in limited.markdown_path.read_text()
     page = limited.report_path.read_text()
