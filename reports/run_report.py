@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from vllm_slo.reports.analysis.client_health import client_health
+from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
 from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
 from vllm_slo.reports.analysis.summary import (
@@ -120,6 +122,10 @@ def load_run(run_dir: Path) -> LoadedRun:
         max_loop_lag_p99_s=traffic.max_loop_lag_p99_s,
         min_held_concurrency=traffic.min_held_concurrency)
     invalid = (*invalid, *health.reasons)
+    if table.num_rows:
+        run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())
+        invalid = (*invalid, *(outage.reason(run_start_unix_s)
+                               for outage in table_outages(table)))
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)

@@ -24,6 +24,7 @@ from vllm_slo.loadtests.locust_launcher import (
 )
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
+from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
@@ -261,6 +262,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
     finally:
         (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
         (run_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
-    consolidate(run_dir)
+    table = consolidate(run_dir)
+    outages = table_outages(table)
+    if outages:  # the server went away: when, for how long, what it cost (also in the report)
+        start = min(table.column("send_unix_s").to_pylist())
+        status["server_unreachable"] = [outage.to_json_dict(start) for outage in outages]
+        (run_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
     rendered = render_run(run_dir)
     return ExitCode(rendered.summary["exit_code"]), rendered

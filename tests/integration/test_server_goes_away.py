@@ -1,0 +1,64 @@
+"""A server that goes away mid-run (attach mode: the stand-in killed): closed-loop users back
+off instead of re-sending into the refused port, and the run names the cause and the time
+(terminal, summary.json, run_status.json) and exits 4; the rows before it are kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.conftest import cli_env, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_killed_server_is_named_and_not_hammered(tmp_path: Path) -> None:
+    standin = subprocess.Popen(
+        [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", "--ttft", "0.02",
+         "--itl", "0.005"], stdout=subprocess.PIPE, text=True, env=cli_env(),
+        start_new_session=True)
+    url = standin.stdout.readline().split()[-1]
+    killer = subprocess.Popen(  # kill it 3 s after the first rows reach disk
+        [sys.executable, "-c", "import glob, os, signal, time\n"
+         f"while not glob.glob({str(tmp_path)!r} + '/*/samples/samples-*.arrows'):\n"
+         "    time.sleep(0.1)\n"
+         f"time.sleep(3); os.kill({standin.pid}, signal.SIGKILL)"])
+    try:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          "traffic.chat.output_tokens=8", "traffic.chat.turns=1",
+                          "traffic.prefix_cache=keep", "traffic.chat.system_prompt_tokens=20",
+                          "traffic.duration=10s", "traffic.warmup=1s",
+                          "traffic.arrival={kind: closed, users: 16, spawn_rate: 16, "
+                          "think_time: 0s}", "slo={error_rate: \"< 1%\"}"], tmp_path)
+    finally:
+        if killer.poll() is None:
+            killer.kill()
+        killer.wait(10)
+        if standin.poll() is None:
+            os.kill(standin.pid, signal.SIGKILL)
+        standin.wait(10)
+        standin.stdout.close()
+    assert result.returncode == 4, result.output
+    assert "server unreachable from" in result.output
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    failed_sends = [t for t, ok in zip(table["send_unix_s"], table["ok"], strict=True) if not ok]
+    succeeded = sum(table["ok"])
+    assert succeeded > 50  # the rows before the outage are kept
+    # 16 users backing off (50 ms doubling to 2 s, jittered down to half) for ~8 s: about 10
+    # requests each (before: 16 users sent 1,664 in 18 s), and once backed off at most one per
+    # user per second
+    assert 16 <= len(failed_sends) <= 16 * 14, len(failed_sends)
+    late = [t for t in failed_sends if t > max(failed_sends) - 3.0]
+    assert len(late) <= 16 * 3, len(late)
+    status = json.loads((result.run_dir / "run_status.json").read_text())
+    (outage,) = status["server_unreachable"]
+    assert outage["to_the_end"] and 3.0 < outage["start_offset_s"] < 7.0
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert any("server unreachable" in r for r in summary["invalid_reasons"])
