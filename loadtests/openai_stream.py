@@ -29,6 +29,7 @@ class RequestOutcome:
     output_tokens: int | None
     prompt_tokens: int | None
     finish_reason: str | None
+    status: str = "ok"  # one of scenarios.samples_format.REQUEST_STATUSES
 
 
 def request_body(endpoint: str, model: str, prompt: str | list[dict[str, str]],
@@ -62,12 +63,14 @@ class OutcomeBuilder:
     milliseconds. Pure: no I/O.
 
     vLLM's token chunks all look alike; one that carries content, has `finish_reason: null`,
-    no usage and no error, is well-formed UTF-8 and one JSON object's braces takes the fast
-    path (a few byte searches, no JSON parsing). Everything else — the role chunk, the last
+    no usage and no error, is well-formed UTF-8, opens with `{` and ends as vLLM's do (`}]}`,
+    the choices list closing: a payload cut short ends otherwise) takes the fast path (a few
+    byte searches, no JSON parsing). Everything else — the role chunk, the last
     token chunk, the usage chunk, error events, anything unusual — is parsed with `json`.
     """
 
-    __slots__ = ("_content_key", "_endpoint", "chunk_times", "done", "error", "fast_events",
+    __slots__ = ("_content_key", "_endpoint", "chunk_times", "done", "error", "error_status",
+                 "fast_events",
                  "finish_reason", "usage")
 
     def __init__(self, endpoint: str) -> None:
@@ -77,6 +80,7 @@ class OutcomeBuilder:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self.error_status = "ok"
         self.done = False
         self.fast_events = 0
 
@@ -84,7 +88,7 @@ class OutcomeBuilder:
         key = self._content_key
         at = payload.find(key)
         if (at > 0 and payload[at + len(key)] != 34  # 34: '"' — an empty string is no content
-                and payload[0] == 123 and payload[-1] == 125  # '{' ... '}'
+                and payload[0] == 123 and payload[-3:] == b"}]}"  # '{' ... choices' end
                 and b'"finish_reason":null' in payload and b'"usage"' not in payload
                 and b'"error"' not in payload and _is_utf8(payload)):
             self.chunk_times.append(arrived_at_s)
@@ -99,13 +103,16 @@ class OutcomeBuilder:
         try:
             parsed = json.loads(payload)
         except ValueError:  # bad JSON, or bytes that are not UTF-8
-            self.error = f"malformed SSE payload: {payload[:200]!r}"
+            self.error, self.error_status = f"malformed SSE payload: {payload[:200]!r}", \
+                "malformed_stream"
             return
         if not isinstance(parsed, dict):
-            self.error = f"malformed SSE payload: {payload[:200]!r}"
+            self.error, self.error_status = f"malformed SSE payload: {payload[:200]!r}", \
+                "malformed_stream"
             return
         if "error" in parsed:
-            self.error = f"error event: {_error_text(parsed)}"
+            self.error, self.error_status = f"error event: {_error_text(parsed)}", \
+                "stream_error"
             return
         if parsed.get("usage"):
             self.usage = parsed["usage"]
@@ -123,7 +130,8 @@ class OutcomeBuilder:
         end = response.ended_at_s if response.ended_at_s is not None else send_perf_s
         if response.transport_error and not self.chunk_times and not self.done:
             return RequestOutcome(send_perf_s, response.status, False, response.transport_error,
-                                  (), end, None, None, None)
+                                  (), end, None, None, None,
+                                  _transport_status(response.transport_error))
         if response.status != 200:
             body = response.body.decode("utf-8", "replace")
             try:
@@ -132,20 +140,26 @@ class OutcomeBuilder:
                 detail = body[:500]
             return RequestOutcome(send_perf_s, response.status, False,
                                   f"HTTP {response.status}: {detail}".strip(), (), end, None,
-                                  None, None)
-        error = self.error
+                                  None, None, "http_error")
+        error, status = self.error, self.error_status
         if error is None and response.transport_error:
-            error = response.transport_error
+            error, status = response.transport_error, _transport_status(response.transport_error)
         if error is None and not self.done:
-            error = "stream ended without [DONE]"
+            error, status = "stream ended without [DONE]", "incomplete_stream"
         if error is None and not self.chunk_times:
-            error = "HTTP 200 but no content tokens"
+            error, status = "HTTP 200 but no content tokens", "no_tokens"
         usage = self.usage
         return RequestOutcome(
             send_perf_s, response.status, error is None, error, tuple(self.chunk_times), end,
             usage.get("completion_tokens") if usage else None,
             usage.get("prompt_tokens") if usage else None,
-            self.finish_reason)
+            self.finish_reason, status if error is not None else "ok")
+
+
+def _transport_status(error: str) -> str:
+    """A request cut by its watchdog or a socket timeout timed out; anything else in transport
+    (refused, reset, closed early) is a transport error."""
+    return "timeout" if error.startswith(("TimeoutError", "timeout")) else "transport_error"
 
 
 def _is_utf8(payload: bytes) -> bool:

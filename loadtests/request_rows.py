@@ -43,4 +43,5 @@ def request_row(*, request_id: str, process_id: int, user_id: int, request: Plan
         "ok": outcome.ok,
         "error": outcome.error,
         "finish_reason": outcome.finish_reason,
+        "status": outcome.status,
     }

@@ -27,7 +27,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-SCHEMA_VERSION = 2  # 2: chunk_offsets_s float32 (was float64)
+SCHEMA_VERSION = 3  # 2: chunk_offsets_s float32 (was float64); 3: status
+# what became of a request, one word (the error column keeps the details):
+REQUEST_STATUSES = (
+    "ok",
+    "http_error",  # an HTTP status other than 200 (429, 500, 503, 400 ...)
+    "transport_error",  # refused, reset, closed before the response ended: no usable answer
+    "timeout",  # cut at traffic.request_timeout (a stalled stream, a server that never answers)
+    "malformed_stream",  # a payload that is not JSON or not UTF-8
+    "stream_error",  # an SSE error event inside a 200 stream (vLLM's load shedding)
+    "incomplete_stream",  # the stream ended without [DONE]
+    "no_tokens",  # a 200 stream without any content token
+)
 SAMPLES_DIR = "samples"
 SAMPLES_FILE = "samples.parquet"
 OFFSETS_COLUMN = "chunk_offsets_s"
@@ -57,6 +68,7 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("ok", pa.bool_(), nullable=False),
     pa.field("error", pa.string()),
     pa.field("finish_reason", pa.string()),
+    pa.field("status", pa.string()),  # one of REQUEST_STATUSES; null in schema-1/2 files
 ], metadata={"vllm_slo_samples_schema": str(SCHEMA_VERSION)})
 
 _SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name != OFFSETS_COLUMN)

@@ -105,6 +105,18 @@ def error_kind(text: str) -> str:
     return head[:60] or "unknown"
 
 
+def failure_kinds(table: pa.Table, rows: np.ndarray) -> list[str]:
+    """What became of each of these failed rows: its status (schema 3: one word of
+    scenarios.samples_format.REQUEST_STATUSES), else — rows written before statuses, imported
+    ones — the head of its error text."""
+    take = pa.array(rows, type=pa.int64())
+    errors = table.column("error").take(take).to_pylist()
+    statuses = (table.column("status").take(take).to_pylist()
+                if "status" in table.column_names else [None] * len(errors))
+    return [status or error_kind(error or "")
+            for status, error in zip(statuses, errors, strict=True)]
+
+
 def pooled_gaps(offset_lists: pa.ListArray, send_unix_s: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Gaps between successive chunk offsets within each request, pooled in row order, and
@@ -186,8 +198,7 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     plan_index = table.column("plan_index").drop_null().to_numpy()
     reused = int(plan_index.size - np.unique(plan_index).size)
     failed_rows = np.flatnonzero(measured & ~ok)
-    errors = table.column("error").take(pa.array(failed_rows, type=pa.int64())).to_pylist()
-    kinds = Counter(error_kind(text or "") for text in errors)
+    kinds = Counter(failure_kinds(table, failed_rows))
     return RunSeries(
         ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,

@@ -28,7 +28,7 @@ import yaml
 from markupsafe import Markup
 
 from vllm_slo.reports.analysis.client_health import ClientHealth
-from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, error_kind
+from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, failure_kinds
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
     ReportedEstimate,
@@ -327,9 +327,10 @@ def error_rows(requests: RequestCounts, table: pa.Table) -> list[ErrorRow]:
         pc.invert(table.column("ok"))))
     statuses: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     examples: dict[str, str] = {}
-    for error, status in zip(measured_failed.column("error").to_pylist(),
-                             measured_failed.column("status_code").to_pylist(), strict=True):
-        kind = error_kind(error or "")
+    kinds = failure_kinds(measured_failed, np.arange(measured_failed.num_rows))
+    for kind, error, status in zip(kinds, measured_failed.column("error").to_pylist(),
+                                   measured_failed.column("status_code").to_pylist(),
+                                   strict=True):
         statuses[kind][status] += 1
         examples.setdefault(kind, error or "")
     rows = []

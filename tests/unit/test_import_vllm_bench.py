@@ -250,7 +250,7 @@ def test_failed_requests_are_rows(mixed_run: Path) -> None:
         assert rows["chunk_offsets_s"][i] == [] and rows["output_tokens"][i] is None
     summary = json.loads((mixed_run / "summary.json").read_text())
     assert summary["requests"]["failed"] == 10
-    assert summary["requests"]["errors_by_kind"] == {"HTTP 400": 10}
+    assert summary["requests"]["errors_by_kind"] == {"http_error": 10}
     assert summary["error_rate"]["value"] == pytest.approx(0.25)
 
 

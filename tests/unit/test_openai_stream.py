@@ -130,3 +130,28 @@ def test_empty_text_is_not_content_and_bad_bytes_are_malformed() -> None:
     truncated = interpret(response([(1.0, (VLLM_TOKEN % "x")[:-3]), (1.1, USAGE),
                                     (1.2, "[DONE]")]), "completions", 0.5)
     assert not truncated.ok and truncated.error.startswith("malformed SSE payload")
+
+
+def test_every_way_to_fail_has_its_status_word() -> None:
+    from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
+
+    error = json.dumps({"error": {"message": "busy", "type": "x", "code": 503}})
+    token = VLLM_TOKEN % "x"
+    cases = {
+        "ok": response([(1.0, token), (1.1, USAGE), (1.1, "[DONE]")]),
+        "http_error": StreamedResponse(status=429, body=b"{}", ended_at_s=1.0),
+        "transport_error": StreamedResponse(transport_error="ConnectionRefusedError: x",
+                                            ended_at_s=1.0),
+        "timeout": StreamedResponse(status=200, transport_error="TimeoutError: response not "
+                                    "finished after 1s", events=[(1.0, token.encode())],
+                                    ended_at_s=2.0),
+        "malformed_stream": response([(1.0, token[:-2]), (1.1, "[DONE]")]),
+        "stream_error": response([(1.0, error), (1.0, "[DONE]")]),
+        "incomplete_stream": response([(1.0, token), (1.1, USAGE)]),
+        "no_tokens": response([(1.0, USAGE), (1.0, "[DONE]")]),
+    }
+    assert set(cases) == set(REQUEST_STATUSES)
+    for status, got in cases.items():
+        outcome = interpret(got, "completions", 0.5)
+        assert outcome.status == status, (status, outcome)
+        assert outcome.ok == (status == "ok")

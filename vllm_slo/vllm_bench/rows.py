@@ -119,6 +119,19 @@ def _failure(error: str) -> tuple[int, str]:
     return 0, text.splitlines()[0][:500]
 
 
+def _status_word(ok: bool, code: int, error: str | None) -> str:
+    """The suite's request status (scenarios.samples_format.REQUEST_STATUSES) for a row."""
+    if ok:
+        return "ok"
+    if error == NO_CONTENT:
+        return "no_tokens"
+    if code not in (0, 200):
+        return "http_error"
+    if error and error.startswith("error event"):
+        return "stream_error"
+    return "transport_error"
+
+
 def build_rows(parsed: ParsedBench, anchor_unix_s: float, latency_from: str = "arrival"
                ) -> Rows:
     """One row per request in the samples schema, time-ordered by intended send."""
@@ -168,6 +181,7 @@ def build_rows(parsed: ParsedBench, anchor_unix_s: float, latency_from: str = "a
             "prompt_tokens": parsed.input_lens[i] if parsed.input_lens else None,
             "prompt_tokens_planned": None, "max_tokens": None,
             "status_code": status, "ok": bool(ok), "error": error, "finish_reason": None,
+            "status": _status_word(bool(ok), status, error),
         })
     rows.sort(key=lambda row: row["intended_send_unix_s"])
     failed = sum(1 for row in rows if not row["ok"])
