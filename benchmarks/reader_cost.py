@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=32, help="events per response")
     parser.add_argument("--round-s", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=4, help="rounds per mode")
+    parser.add_argument("--modes", nargs="+", choices=("blocking", "pump"),
+                        default=["blocking", "pump"], help="readers to alternate")
     parser.add_argument("--reader-cpus", default=None)
     parser.add_argument("--writer-cpus", default=None)
     args = parser.parse_args(argv)
@@ -137,7 +139,7 @@ def run_reader(args: argparse.Namespace, streams: int, fds: list[int]) -> list[s
     from vllm_slo.loadtests.openai_stream import OutcomeBuilder
     from vllm_slo.servers.http_stream import READ_COUNTERS, ResponseParser, read_blocking
 
-    mode = ["blocking"]
+    mode = [args.modes[0]]
     socks = [gevent.socket.socket(fileno=fd) for fd in fds]
     for sock in socks:
         sock.settimeout(None)  # as inside Locust: no timer per wait
@@ -152,9 +154,9 @@ def run_reader(args: argparse.Namespace, streams: int, fds: list[int]) -> list[s
                 read_blocking(sock, parser)
 
     workers = [gevent.spawn(stream, sock) for sock in socks]
-    results: dict[str, list[tuple[float, float, float, float]]] = {"blocking": [], "pump": []}
-    for k in range(2 * args.rounds):
-        mode[0] = ("blocking", "pump")[k % 2]
+    results: dict[str, list[tuple[float, float, float, float]]] = {m: [] for m in args.modes}
+    for k in range(len(args.modes) * args.rounds):
+        mode[0] = args.modes[k % len(args.modes)]
         gevent.sleep(1.0)  # every stream has moved to the mode
         pump = reader_pump.pump()
         before = (time.process_time(), time.perf_counter(), READ_COUNTERS.socket_reads,
