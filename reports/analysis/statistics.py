@@ -299,7 +299,12 @@ def mean_estimate(series_time_ordered: np.ndarray, confidence: float = 0.95) -> 
                                     f"have {n_eff:.1f} of {n})"))
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n_eff - 1.0)) * float(
         x.std(ddof=1)) / math.sqrt(n_eff)
-    return Estimate(value, value - half, value + half, confidence, n, n_eff, method, warnings)
+    low = value - half
+    if low < 0.0 <= float(x.min()):  # the mean of values >= 0 cannot be negative: the interval
+        low = 0.0  # is cut at 0 (coverage unchanged); so erratic a series deserves a word
+        warnings = (*warnings, "the interval of the mean reached below 0 and was cut there: "
+                               "the series is too erratic for a symmetric interval")
+    return Estimate(value, low, value + half, confidence, n, n_eff, method, warnings)
 
 
 def _clopper_pearson(successes: float, trials: float, confidence: float) -> tuple[float, float]:

@@ -659,3 +659,16 @@ def test_trials_for_gate_reaches_its_power_in_simulation() -> None:
     assert trials_for_gate(0.0, 0.05) == 2
     assert trials_for_gate(0.4, 0.01) is None  # more than the planner looks at
     assert trials_for_gate(0.05, 0.05) > trials_for_gate(0.03, 0.05)
+
+
+def test_mean_of_nonnegative_values_never_has_a_negative_bound() -> None:
+    """An outage mid-run (token bins collapsing to 0) once printed a throughput interval of
+    [-236.8, 578.1] tok/s."""
+    from vllm_slo.reports.analysis.statistics import mean_estimate
+
+    bins = np.array([600.0] * 6 + [0.0] * 12)
+    estimate = mean_estimate(bins)
+    assert estimate.ci_low == 0.0 and estimate.ci_high > estimate.value > 0
+    assert any("cut there" in w for w in estimate.warnings)
+    signed = mean_estimate(bins - 300.0)  # values that can be negative keep their interval
+    assert signed.ci_low < 0
