@@ -32,9 +32,12 @@ class LocustResult:
     returncode: int | None
     log_path: Path
     stopped_early: str | None  # why the suite stopped Locust, if it did
+    aborted: str | None = None  # the scenario's abort_on fired: why
 
     @property
     def failure(self) -> str | None:
+        if self.aborted:
+            return None  # stopped on purpose: the run's status says why (abort_on)
         if self.stopped_early:
             return self.stopped_early
         if self.returncode not in (0, None):
@@ -115,6 +118,8 @@ def run_locust(
     server_failure: Callable[[], str | None],
     progress: Callable[[float, float], None] = lambda elapsed_s, planned_s: None,
     progress_interval_s: float = 5.0,
+    abort: Callable[[], str | None] = lambda: None,
+    abort_interval_s: float = 2.0,
 ) -> LocustResult:
     run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
@@ -127,7 +132,8 @@ def run_locust(
             stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True)
     started = time.monotonic()
     next_progress = started + progress_interval_s
-    stopped_early = None
+    next_abort_check = started + abort_interval_s
+    stopped_early = aborted = None
     try:
         while process.poll() is None:
             time.sleep(0.5)
@@ -139,10 +145,15 @@ def run_locust(
             if now - started > hard_deadline_s:
                 stopped_early = f"locust still running after {hard_deadline_s:.0f}s; stopped"
                 break
+            if now >= next_abort_check:
+                aborted = abort()
+                if aborted is not None:
+                    break
+                next_abort_check = now + abort_interval_s
             if now >= next_progress:
                 progress(now - started, planned_s)
                 next_progress = now + progress_interval_s
     finally:
         if process.poll() is None:  # the master and its --processes workers; rows get flushed
             stop_process_group(process, grace_s=15.0)
-    return LocustResult(process.returncode, log_path, stopped_early)
+    return LocustResult(process.returncode, log_path, stopped_early, aborted)

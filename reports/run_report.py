@@ -126,6 +126,8 @@ def load_run(run_dir: Path) -> LoadedRun:
         run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())
         invalid = (*invalid, *(outage.reason(run_start_unix_s)
                                for outage in table_outages(table)))
+    if status.get("aborted"):
+        invalid = (*invalid, f"aborted by abort_on: {status['aborted']}")
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)

@@ -22,6 +22,7 @@ from pydantic import (
 from vllm_slo.scenarios.slo import (
     LATENCY_METRICS,
     SloRule,
+    parse_abort_error_rate,
     parse_error_rate_rule,
     parse_latency_rule,
     parse_rate_rule,
@@ -315,6 +316,31 @@ class CompareSpec(Frozen):
     effect: float = Field(0.10, gt=0, lt=10, description="relative effect to plan trials for")
 
 
+class AbortSpec(Frozen):
+    """When to stop a run early (exit 4, the reason named): a broken server wastes no more of
+    the run. Checked on all rows so far (warm-up too) once `min_requests` have finished."""
+
+    error_rate: Annotated[str | None, _single_rule(parse_abort_error_rate)] = Field(
+        None, description="e.g. '> 50%': abort when more than half the requests failed")
+    min_requests: int = Field(20, ge=1, description="finished requests before judging")
+
+    @property
+    def error_rate_fraction(self) -> float | None:
+        return None if self.error_rate is None else parse_abort_error_rate(self.error_rate)
+
+    def reason(self, finished: int, failed: int) -> str | None:
+        """Why to abort after `failed` of `finished` requests failed, or None."""
+        limit = self.error_rate_fraction
+        if limit is None or finished < self.min_requests:
+            return None
+        rate = failed / finished
+        above = rate >= limit if self.error_rate.strip().startswith(">=") else rate > limit
+        if not above:
+            return None
+        return (f"error rate {rate:.0%} ({failed} of {finished} requests failed) "
+                f"{self.error_rate.strip()} (abort_on.error_rate, after >= {self.min_requests})")
+
+
 class Scenario(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -327,6 +353,7 @@ class Scenario(Frozen):
         default_factory=dict,
         description="arms: name -> partial scenario (server/traffic/slo) merged onto the base")
     compare: CompareSpec = Field(default_factory=CompareSpec)
+    abort_on: AbortSpec = Field(default_factory=AbortSpec)
 
     @field_validator("variants")
     @classmethod

@@ -70,6 +70,21 @@ def parse_error_rate_rule(text: str) -> SloRule:
     return SloRule("error_rate", "rate", comparator, fraction, text)
 
 
+_ABORT_RATE = re.compile(r"^\s*(>=|>)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
+
+
+def parse_abort_error_rate(text: str) -> float:
+    """`> 50%` or `>= 0.5` -> the error-rate fraction above which a run is aborted."""
+    match = _ABORT_RATE.match(text)
+    if match is None:
+        raise ValueError(f"expected '> 50%' or '>= 0.5' (comparator > or >=), got {text!r}")
+    _comparator, number, percent = match.groups()
+    fraction = float(number) / 100.0 if percent else float(number)
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"an abort threshold lies between 0% and 100% (exclusive), got {text!r}")
+    return fraction
+
+
 def parse_rate_rule(metric: str, text: str) -> SloRule:
     """`> 100 tok/s` (output_throughput) or `> 2 req/s` (request_throughput) -> SloRule."""
     unit = _RATE_UNITS[metric]

@@ -178,7 +178,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
     platform = detect_platform() if spec.platform == "auto" else spec.platform
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
-                                 "interrupted": False, "warnings": []}
+                                 "interrupted": False, "aborted": None, "warnings": []}
     provenance: dict[str, object] = {
         "suite_version": _version("vllm-slo"), "suite_git_commit": _suite_commit(),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
@@ -251,8 +251,17 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                     f"at the same path (shared file system), run:\n  "
                     + " ".join(worker_argv(run_dir, traffic, host)))
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
+            def abort() -> str | None:
+                if scenario.abort_on.error_rate is None:
+                    return None
+                ok = read_streams(stream_files(run_dir)).column("ok").to_pylist()
+                return scenario.abort_on.reason(len(ok), ok.count(False))
+
             locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
-                                progress_interval_s=5.0 if interactive else 30.0)
+                                progress_interval_s=5.0 if interactive else 30.0, abort=abort)
+            if locust.aborted:
+                status["aborted"] = locust.aborted
+                say(f"aborted: {locust.aborted}")
             recorder.stop()
             status["server_failure"] = server.failure()
             status["load_generator_failure"] = locust.failure

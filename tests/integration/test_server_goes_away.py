@@ -1,6 +1,7 @@
-"""A server that goes away mid-run (attach mode: the stand-in killed): closed-loop users back
-off instead of re-sending into the refused port, and the run names the cause and the time
-(terminal, summary.json, run_status.json) and exits 4; the rows before it are kept."""
+"""Servers that break a run: one that goes away mid-run (attach mode: the stand-in killed) —
+closed-loop users back off instead of re-sending into the refused port, and the run names the
+cause and the time (terminal, summary.json, run_status.json) and exits 4, keeping the rows
+before it; and one failing most requests, which `abort_on` stops early."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -62,3 +64,27 @@ def test_a_killed_server_is_named_and_not_hammered(tmp_path: Path) -> None:
     assert outage["to_the_end"] and 3.0 < outage["start_offset_s"] < 7.0
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert any("server unreachable" in r for r in summary["invalid_reasons"])
+
+
+def test_abort_on_error_rate_stops_the_run_early(tmp_path: Path) -> None:
+    """`abort_on: {error_rate: "> 50%"}`: a server failing most requests ends the run once the
+    minimum sample is in, long before its planned 30 s, with exit 4 and the reason."""
+    from tests.integration.conftest import standin_server
+
+    with standin_server("--ttft", "0.02", "--itl", "0.005", "--fault", "http_500",
+                        "--fault-rate", "0.8", "--seed", "1") as url:
+        started = time.monotonic()
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          "traffic.chat.output_tokens=8", "traffic.prefix_cache=keep",
+                          "traffic.chat.system_prompt_tokens=20", "traffic.duration=30s",
+                          "traffic.warmup=1s", "traffic.arrival={kind: closed, users: 4, "
+                          "spawn_rate: 4, think_time: 0.05s}",
+                          "abort_on={error_rate: \"> 50%\", min_requests: 20}"], tmp_path)
+        elapsed_s = time.monotonic() - started
+    assert result.returncode == 4, result.output
+    assert "aborted by abort_on: error rate" in result.output
+    assert elapsed_s < 25  # 31 s planned; the check runs every 2 s after 20 requests
+    status = json.loads((result.run_dir / "run_status.json").read_text())
+    assert status["aborted"].startswith("error rate") and status["load_generator_failure"] is None
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    assert len(table["ok"]) >= 20 and set(table["status"]) <= {"ok", "http_error"}
