@@ -141,6 +141,12 @@ class OutcomeBuilder:
             return RequestOutcome(send_perf_s, response.status, False,
                                   f"HTTP {response.status}: {detail}".strip(), (), end, None,
                                   None, None, "http_error")
+        if not self.chunk_times and not self.done and self.error is None and response.body:
+            kind = response.headers.get("content-type", "no content type")
+            return RequestOutcome(send_perf_s, 200, False,
+                                  f"HTTP 200 without an SSE stream ({kind}): "
+                                  f"{response.body[:200]!r}", (), end, None, None, None,
+                                  "malformed_stream")
         error, status = self.error, self.error_status
         if error is None and response.transport_error:
             error, status = response.transport_error, _transport_status(response.transport_error)

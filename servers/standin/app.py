@@ -204,16 +204,23 @@ class StandinApp:
         trace.stream = params.stream
         trace.prompt_tokens = params.prompt_tokens
 
-        if fault in ("http_500", "http_503") or (fault == "sse_error" and not params.stream):
-            error = (
-                ApiError(500, "InternalServerError", "standin injected fault http_500")
-                if fault == "http_500"
-                else ApiError(503, "Service Unavailable", BUSY_MESSAGE)
-            )
+        if fault in ("http_500", "http_503", "http_429") or (
+                fault == "sse_error" and not params.stream):
+            error = {
+                "http_500": ApiError(500, "InternalServerError", "standin injected fault http_500"),
+                "http_429": ApiError(429, "TooManyRequests", "standin injected fault http_429"),
+            }.get(fault or "", ApiError(503, "Service Unavailable", BUSY_MESSAGE))
             trace.status = error.status
             trace.last_chunk_s = await send_json(
-                writer, error.status, error.body(), keep_alive=keep
+                writer, error.status, error.body(), keep_alive=keep,
+                extra_headers=[("retry-after", "1")] if fault == "http_429" else (),
             )
+            return keep
+        if fault == "not_sse" and params.stream:  # a whole JSON answer where SSE was asked for
+            trace.status = 200
+            body = {"id": trace.request_id, "object": "text_completion", "choices": [
+                {"index": 0, "text": "not a stream", "finish_reason": "length"}]}
+            trace.last_chunk_s = await send_json(writer, 200, body, keep_alive=keep)
             return keep
         if params.stream:  # vLLM sends the headers before the engine produces anything
             trace.status = 200

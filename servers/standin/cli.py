@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from vllm_slo.servers.standin.app import StandinApp
 from vllm_slo.servers.standin.config import HOST, RequestRecord, StandinConfig
-from vllm_slo.servers.standin.faults import FAULT_KINDS
+from vllm_slo.servers.standin.faults import FAULT_KINDS, MIXED
 
 READY_PREFIX = "STANDIN READY "
 
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tokens-per-chunk", type=int, default=d.tokens_per_chunk)
     p.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens)
-    p.add_argument("--fault", choices=FAULT_KINDS, default=None, help="inject this fault")
+    p.add_argument("--fault", choices=(*FAULT_KINDS, MIXED), default=None,
+                   help=f"inject this fault ({MIXED}: every kind in turn)")
     p.add_argument(
         "--fault-rate", type=float, default=d.fault_rate, help="share of requests with --fault"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from vllm_slo.servers.standin.faults import FAULT_KINDS
+from vllm_slo.servers.standin.faults import FAULT_KINDS, MIXED
 
 HOST = "127.0.0.1"  # loopback only: the stand-in is a test instrument
 
@@ -46,9 +46,10 @@ class StandinConfig:
                 "StandinConfig.max_concurrency must be None (unlimited) or an integer >= 1, "
                 f"got {self.max_concurrency!r}"
             )
-        if self.fault_kind is not None and self.fault_kind not in FAULT_KINDS:
+        if self.fault_kind is not None and self.fault_kind not in (*FAULT_KINDS, MIXED):
             raise ValueError(
-                f"StandinConfig.fault_kind must be None or one of {', '.join(FAULT_KINDS)}; "
+                f"StandinConfig.fault_kind must be None, {MIXED} or one of "
+                f"{', '.join(FAULT_KINDS)}; "
                 f"got {self.fault_kind!r}"
             )
         if not is_number(self.fault_rate) or not 0.0 <= self.fault_rate <= 1.0:

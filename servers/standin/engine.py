@@ -28,7 +28,7 @@ from collections import deque
 
 from vllm_slo.servers.standin.config import StandinConfig, Trace
 from vllm_slo.servers.standin.faults import XSS_WORDS
-from vllm_slo.servers.standin.http import LAST_CHUNK, send_json, write
+from vllm_slo.servers.standin.http import LAST_CHUNK, http_chunk, send_json, write
 from vllm_slo.servers.standin.openai import Params, sse
 
 _WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".")
@@ -198,7 +198,10 @@ class Engine:
             else:
                 choice = {"index": 0, "text": text, "logprobs": None}
             choice.update(finish_reason=finish, stop_reason=None)
-            sent = await write(writer, sse({**base, "choices": [choice]}))
+            event = sse({**base, "choices": [choice]})
+            if b == n // 2 + 1 and fault in ("bad_json", "bad_utf8"):
+                event = _broken(event, fault)
+            sent = await write(writer, event)
             trace.content_chunk_s.append(sent)
             if trace.first_content_s is None:
                 trace.first_content_s = sent
@@ -214,7 +217,8 @@ class Engine:
                 "completion_tokens": n,
             }
             await write(writer, sse({**base, "choices": [], "usage": usage}))
-        await write(writer, sse("[DONE]"))
+        if fault != "no_done":
+            await write(writer, sse("[DONE]"))
         trace.last_chunk_s = await write(writer, LAST_CHUNK)
         self.counters.finished["stop" if n == 0 else "length"] += 1
         return keep
@@ -271,3 +275,15 @@ class Engine:
         self.counters.generation_tokens += n
         self.counters.finished["length" if n else "stop"] += 1
         return keep
+
+
+def _broken(event: bytes, fault: str) -> bytes:
+    """One SSE chunk spoiled: its JSON cut short (`bad_json`), or a UTF-8 sequence cut in half
+    inside its text (`bad_utf8`); re-framed as one HTTP chunk."""
+    payload = event.split(b"\r\n", 1)[1].rsplit(b"\r\n", 1)[0]  # `data: {...}\n\n`
+    if fault == "bad_json":
+        payload = payload[: len(payload) // 2] + b"\n\n"
+    else:
+        payload = payload.replace(b'"text":"', b'"text":"\xc3', 1).replace(
+            b'"content":"', b'"content":"\xc3', 1)
+    return http_chunk(payload)

@@ -14,7 +14,15 @@ does:
   ``max_tokens // 2`` would be sent, i.e. after half the tokens.
 * ``hang``: streaming: HTTP 200 headers, then nothing until the client disconnects;
   non-streaming: nothing at all.
+* ``http_429``: HTTP 429 with ``Retry-After: 1`` and a vLLM-shaped JSON error body.
+* ``bad_json`` / ``bad_utf8``: streaming: the middle token chunk's payload is cut short
+  (not JSON) / carries a truncated UTF-8 sequence; the rest of the stream is normal.
+* ``no_done``: streaming: every token and the usage chunk, but no ``data: [DONE]``.
+* ``not_sse``: streaming asked for, a whole JSON completion (``application/json``) returned.
 * ``xss``: normal timing, but the content tokens carry HTML/JS payloads (report-escaping tests).
+
+The configured kind ``mixed`` gives each faulted request the next kind of ``MIXED_KINDS`` in
+turn (every way to fail, reproducibly: a hostile server for end-to-end tests).
 
 The answers that replace a request's normal serving (``http_*``, ``sse_error``, ``hang``) are
 sent by ``app.StandinApp``; the ones that change the generated tokens (``no_tokens``,
@@ -29,12 +37,19 @@ from collections.abc import Mapping
 FAULT_KINDS: tuple[str, ...] = (
     "http_500",
     "http_503",
+    "http_429",
     "sse_error",
     "no_tokens",
     "drop_mid_stream",
     "hang",
+    "bad_json",
+    "bad_utf8",
+    "no_done",
+    "not_sse",
     "xss",
 )
+MIXED = "mixed"  # as a configured kind: each faulted request takes the next kind in turn
+MIXED_KINDS = tuple(kind for kind in FAULT_KINDS if kind != "xss")  # every way to fail
 FAULT_HEADER = "x-standin-fault"
 NO_FAULT = "none"
 
@@ -55,6 +70,7 @@ class FaultPicker:
         self._kind = kind
         self._rate = rate
         self._rng = random.Random(f"fault:{seed}")
+        self._turn = 0
 
     def decide(self, headers: Mapping[str, str]) -> str | None:
         """The fault for a request with these (lower-case) headers; None: a normal answer."""
@@ -71,4 +87,9 @@ class FaultPicker:
             return requested
         if self._kind is None:
             return None
-        return self._kind if self._rng.random() < self._rate else None
+        if self._rng.random() >= self._rate:
+            return None
+        if self._kind == MIXED:
+            self._turn += 1
+            return MIXED_KINDS[(self._turn - 1) % len(MIXED_KINDS)]
+        return self._kind

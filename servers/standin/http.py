@@ -174,18 +174,22 @@ async def send_body(
     *,
     keep_alive: bool,
     head_only: bool = False,
+    extra_headers: Sequence[tuple[str, str]] = (),
 ) -> float:
     """A whole response with a Content-Length body, in one write; returns its send time."""
-    headers = [("content-type", content_type), ("content-length", str(len(body)))]
+    headers = [("content-type", content_type), ("content-length", str(len(body))),
+               *extra_headers]
     return await write(
         writer, head(status, headers, keep_alive=keep_alive) + (b"" if head_only else body)
     )
 
 
 async def send_json(
-    writer: asyncio.StreamWriter, status: int, obj: Any, *, keep_alive: bool
+    writer: asyncio.StreamWriter, status: int, obj: Any, *, keep_alive: bool,
+    extra_headers: Sequence[tuple[str, str]] = (),
 ) -> float:
     """A whole JSON response in one write; returns its send time."""
     return await send_body(
-        writer, status, dumps(obj).encode(), "application/json", keep_alive=keep_alive
+        writer, status, dumps(obj).encode(), "application/json", keep_alive=keep_alive,
+        extra_headers=extra_headers,
     )

@@ -124,7 +124,7 @@ class _Parser:
             self.sse += payload
             while b"\n\n" in self.sse:
                 event, _, self.sse = self.sse.partition(b"\n\n")
-                for line in event.decode().split("\n"):
+                for line in event.decode("utf-8", "replace").split("\n"):  # bad_utf8
                     if line.startswith("data: "):
                         self.r.events.append((now, line[6:]))
 
@@ -579,8 +579,59 @@ def test_random_faults_are_seeded() -> None:
     assert statuses(8) != a
 
 
+def test_fault_http_429_says_when_to_retry() -> None:
+    with running_standin() as url:
+        r = fault_request(url, "http_429")
+        assert r.status == 429 and json.loads(r.body)["error"]["code"] == 429
+        assert r.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize("kind", ["bad_json", "bad_utf8"])
+def test_fault_spoils_the_middle_token_chunk(standin: StandinServer, kind: str) -> None:
+    r = fault_request(standin.url, kind)
+    assert (r.status, r.complete) == (200, True)
+    payloads = [d for _, d in r.events]
+    assert payloads[-1] == "[DONE]" and len(payloads) == 1 + 8 + 1 + 1  # role, 8, usage, DONE
+    spoiled = []
+    for payload in payloads[1:-1]:
+        try:
+            json.loads(payload)
+        except ValueError:
+            spoiled.append(payload)
+    if kind == "bad_json":
+        assert len(spoiled) == 1  # one payload cut short; the others whole
+    else:
+        assert r.body.count(b'"content":"\xc3 ') == 1  # a lead byte without its follower
+        with pytest.raises(UnicodeDecodeError):
+            r.body.decode()
+
+
+def test_fault_no_done(standin: StandinServer) -> None:
+    r = fault_request(standin.url, "no_done")
+    assert (r.status, r.complete) == (200, True)  # the chunked body ends properly
+    assert len(r.content_times()) == 8 and all(d != "[DONE]" for _, d in r.events)
+
+
+def test_fault_not_sse(standin: StandinServer) -> None:
+    r = fault_request(standin.url, "not_sse")
+    assert r.status == 200 and r.headers["content-type"] == "application/json"
+    assert r.events == [] and json.loads(r.body)["choices"][0]["text"]
+
+
+def test_mixed_faults_take_every_kind_in_turn() -> None:
+    from vllm_slo.servers.standin.faults import MIXED_KINDS, FaultPicker
+
+    picker = FaultPicker("mixed", 1.0, seed=0)
+    assert [picker.decide({}) for _ in MIXED_KINDS * 2] == list(MIXED_KINDS) * 2
+    half = FaultPicker("mixed", 0.5, seed=0)
+    picked = [half.decide({}) for _ in range(200)]
+    assert 60 < sum(p is not None for p in picked) < 140
+    assert "xss" not in picked  # xss is no failure
+
+
 def test_every_fault_kind_is_tested() -> None:
-    covered = {"http_500", "http_503", "sse_error", "no_tokens", "drop_mid_stream", "hang", "xss"}
+    covered = {"http_500", "http_503", "http_429", "sse_error", "no_tokens", "drop_mid_stream",
+               "hang", "bad_json", "bad_utf8", "no_done", "not_sse", "xss"}
     assert set(FAULT_KINDS) == covered
 
 

@@ -1,0 +1,60 @@
+"""A hostile server (the stand-in failing half its requests, every fault kind in turn): every
+request becomes one row whose status word says what happened, nothing is lost, no exception
+escapes a Locust user, the run goes on, and the summary counts each status."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.conftest import run_cli, standin_server
+from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
+from vllm_slo.servers.standin.faults import MIXED_KINDS
+
+pytestmark = pytest.mark.integration
+
+# what the suite must call each fault the stand-in injects
+EXPECTED = {None: "ok", "http_500": "http_error", "http_503": "http_error",
+            "http_429": "http_error", "sse_error": "stream_error", "no_tokens": "no_tokens",
+            "drop_mid_stream": "transport_error", "hang": "timeout",
+            "bad_json": "malformed_stream", "bad_utf8": "malformed_stream",
+            "no_done": "incomplete_stream", "not_sse": "malformed_stream"}
+
+
+def test_every_fault_is_a_row_with_its_status(tmp_path: Path) -> None:
+    assert set(EXPECTED) - {None} == set(MIXED_KINDS)
+    record = tmp_path / "served.jsonl"
+    with standin_server("--ttft", "0.01", "--itl", "0.002", "--default-max-tokens", "8",
+                        "--fault", "mixed", "--fault-rate", "0.5", "--seed", "2",
+                        "--record", str(record)) as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          "traffic.endpoint=completions",
+                          "traffic.chat.output_tokens=8", "traffic.chat.turns=1",
+                          "traffic.prefix_cache=keep", "traffic.chat.system_prompt_tokens=20",
+                          "traffic.request_timeout=1s", "traffic.stop_timeout=5s",
+                          "traffic.duration=6s", "traffic.warmup=1s",
+                          "traffic.arrival={kind: closed, users: 6, spawn_rate: 6, "
+                          "think_time: 0s}", "slo={error_rate: \"< 1%\"}"], tmp_path)
+    assert result.returncode == 1, result.output  # the error-rate SLO fails; nothing else
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    rows = dict(zip(table["request_id"], table["status"], strict=True))
+    served = {}
+    for line in record.read_text().splitlines():
+        entry = json.loads(line)
+        served[entry["request_id"].split("-", 1)[1]] = entry["fault"]
+    ours = {rid: fault for rid, fault in served.items() if rid in rows}
+    assert len(ours) == len(rows) > 60  # every row was served, once
+    assert len(served) - len(ours) <= 2  # the readiness check's own completion(s)
+    mismatched = [(fault, rows[rid]) for rid, fault in ours.items()
+                  if EXPECTED[fault] != rows[rid]]
+    assert not mismatched, Counter(mismatched)
+    assert set(rows.values()) == set(REQUEST_STATUSES)  # every status word was seen
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    by_kind = summary["requests"]["errors_by_kind"]
+    assert set(by_kind) == set(REQUEST_STATUSES) - {"ok"}
+    assert sum(by_kind.values()) == summary["requests"]["failed"]
+    assert "Traceback" not in (result.run_dir / "locust.log").read_text()
