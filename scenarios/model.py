@@ -88,7 +88,8 @@ class StageSpec(Frozen):
     @model_validator(mode="after")
     def _rate_or_users(self) -> StageSpec:
         if (self.rate is None) == (self.users is None):
-            raise ValueError("a stage sets exactly one of rate (req/s) or users")
+            raise ValueError(f"a stage sets exactly one of rate (req/s) or users, got "
+                             f"rate = {self.rate!r}, users = {self.users!r}")
         return self
 
 
@@ -118,6 +119,11 @@ class ArrivalSpec(Frozen):
     def _complete_for_kind(self) -> ArrivalSpec:
         if self.kind in OPEN_LOOP_KINDS and self.rate is None:
             raise ValueError(f"arrival kind {self.kind!r} needs rate (requests per second)")
+        if self.kind not in OPEN_LOOP_KINDS and self.rate is not None:
+            raise ValueError(
+                f"rate = {self.rate!r} is only used with the open-loop kinds "
+                f"({', '.join(OPEN_LOOP_KINDS)}); kind {self.kind!r} "
+                + ("sets a rate per stage" if self.kind == "stages" else "is driven by users"))
         if self.kind == "stages":
             if not self.stages:
                 raise ValueError("arrival kind 'stages' needs a non-empty stages list")
@@ -125,6 +131,10 @@ class ArrivalSpec(Frozen):
                 raise ValueError("stages are all open loop (rate) or all closed loop (users)")
         elif self.stages:
             raise ValueError(f"stages are only used with kind 'stages', not {self.kind!r}")
+        if self.think_time_s > 0 and self.open_loop:
+            raise ValueError(
+                f"think_time = {self.think_time_s!r}s is only used by closed-loop users "
+                f"(kind 'closed' or stages of users); an open loop sends at its rate")
         return self
 
     @property
@@ -299,10 +309,14 @@ _CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
 
 
 def _check_cell(cell: str) -> str:
-    if not _CELL.match(cell):
+    match = _CELL.match(cell)
+    if not match:
         raise ValueError(
             "expected metric.statistic: ttft|itl|tpot|e2e with pNN or mean (e.g. ttft.p50, "
             "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate")
+    statistic = match.group(3)
+    if statistic and statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
+        raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
     return cell
 
 

@@ -48,13 +48,17 @@ def parse_latency_rule(metric: str, text: str) -> SloRule:
     if match is None:
         raise ValueError(
             f"expected '<statistic> <comparator> <duration>' such as 'p95 < 2s' or "
-            f"'mean <= 500ms' (statistic p0..p100 or mean; comparator one of "
+            f"'mean <= 500ms' (statistic pNN with 0 < NN < 100, or mean; comparator one of "
             f"{', '.join(COMPARATORS)}), got {text!r}"
         )
     statistic, comparator, threshold_text = match.groups()
     if statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
         raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
-    threshold_s = parse_duration_s(threshold_text.replace(" ", ""))
+    try:
+        threshold_s = parse_duration_s(threshold_text.replace(" ", ""))
+    except ValueError:
+        raise ValueError(f"threshold {threshold_text!r} of {text!r} is not a duration; expected "
+                         "e.g. 2s, 500ms or 1.5 (seconds)") from None
     return SloRule(metric, statistic, comparator, threshold_s, text)
 
 
