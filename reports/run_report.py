@@ -52,8 +52,13 @@ from vllm_slo.scenarios.run_files import (
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
+from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
+# the runner writes run_status.json and samples.parquet on every way out it controls (end,
+# failure, Ctrl-C); a folder with neither was cut short (the runner killed hard) or is running
+UNFINISHED_REASON = ("the run did not finish (no run_status.json nor samples.parquet: the "
+                     "runner was killed or is still running); the rows on disk are reported")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,8 @@ def load_run(run_dir: Path) -> LoadedRun:
         invalid = (*invalid, f"aborted by abort_on: {status['aborted']}")
     if status.get("interrupted"):
         invalid = (*invalid, INTERRUPTED_REASON)
+    if not (run_dir / STATUS_FILE).is_file() and not (run_dir / SAMPLES_FILE).is_file():
+        invalid = (*invalid, UNFINISHED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
     document = build_summary(
         run_id=run_dir.name, scenario=scenario, provenance=_read_json(run_dir / PROVENANCE_FILE),

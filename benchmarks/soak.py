@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Soak: a long `vllm-slo run` at a steady open-loop rate against the known-timing stand-in.
+Does the load generator's memory stay flat, and is every request the server served a row?
+
+Starts the stand-in (`--record`: its own log of every request it served, joined to the rows by
+X-Request-Id), runs `vllm-slo run` in attach mode (constant arrivals, one Locust process),
+samples that Locust process's RSS (/proc/PID/status VmRSS) every `--sample-every` seconds and
+prints RSS at start, after warm-up, at the end and its maximum (with a least-squares slope
+after warm-up), then the stand-in's count of served requests against the rows on disk.
+Exit status 1 if a row is missing or extra.
+
+    python benchmarks/soak.py                      # 30 minutes at 20 req/s (issue 17)
+    python benchmarks/soak.py --duration 2m        # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+SUITE_ID = re.compile(r"^\d+-\d+-\d+-\d+$")  # the locustfile's request ids (not readiness)
+
+
+def seconds(text: str) -> float:
+    match = re.fullmatch(r"([0-9.]+)\s*(s|m|h)?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 1h)")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=seconds, default=seconds("30m"), help="default 30m")
+    p.add_argument("--rate", type=float, default=20.0, help="arrivals per second (default 20)")
+    p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--ttft", type=float, default=0.05, help="stand-in seconds to first token")
+    p.add_argument("--itl", type=float, default=0.01, help="stand-in seconds between tokens")
+    p.add_argument("--warmup", type=seconds, default=None,
+                   help="RSS 'start' is taken this long after the first rows (default: 10%% "
+                        "of the duration, at least 20 s, at most 120 s)")
+    p.add_argument("--sample-every", type=float, default=5.0, help="RSS sampling period, s")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: a temporary folder")
+    return p.parse_args()
+
+
+def vm_rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def locust_pid(run_dir: Path) -> int | None:
+    """The Locust process writing rows: samples/samples-<host>-<pid>.arrows."""
+    for path in sorted((run_dir / "samples").glob("samples-*.arrows")):
+        match = re.fullmatch(r"samples-.+-(\d+)", path.stem)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def main() -> int:
+    args = parse_args()
+    warmup_s = args.warmup if args.warmup is not None else min(120.0, max(20.0, args.duration / 10))
+    runs_dir = (args.runs_dir or Path(tempfile.mkdtemp(prefix="vllm-slo-soak-"))).resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    record = runs_dir / "standin-served.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    standin = subprocess.Popen(
+        [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", "--ttft",
+         str(args.ttft), "--itl", str(args.itl), "--record", str(record)],
+        stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    url = standin.stdout.readline().split()[-1]
+    print(f"stand-in at {url}; {args.duration:g}s at {args.rate:g} req/s; runs in {runs_dir}",
+          flush=True)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir), "run",
+         "scenario=chat", f"server.url={url}", f"traffic.duration={args.duration:g}s",
+         "traffic.warmup=0s", "traffic.workers=1", "traffic.chat.turns=1",
+         f"traffic.chat.output_tokens={args.output_tokens}", "traffic.prefix_cache=keep",
+         "traffic.chat.system_prompt_tokens=20",
+         f"traffic.arrival={{kind: constant, rate: {args.rate:g}, max_in_flight: 64}}",
+         'slo={error_rate: "< 1%"}'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=runs_dir)
+    samples: list[tuple[float, float]] = []  # (seconds since the first rows, RSS MiB)
+    pid = run_dir = first_rows_s = None
+    try:
+        while cli.poll() is None:
+            time.sleep(min(1.0, args.sample_every))
+            if run_dir is None:
+                folders = sorted(p for p in runs_dir.iterdir() if p.is_dir())
+                run_dir = folders[-1] if folders else None
+            if pid is None and run_dir is not None:
+                pid = locust_pid(run_dir)
+                first_rows_s = time.monotonic() if pid else None
+                if pid:
+                    print(f"Locust process {pid}", flush=True)
+            if pid is not None and (not samples or time.monotonic() - first_rows_s
+                                    - samples[-1][0] >= args.sample_every):
+                rss = vm_rss_mib(pid)
+                if rss is not None:
+                    samples.append((time.monotonic() - first_rows_s, rss))
+        output = cli.stdout.read()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        cli.wait()
+        standin.send_signal(signal.SIGTERM)  # the stand-in writes its log as it stops
+        standin.wait(30)
+        standin.stdout.close()
+    print(output.strip().splitlines()[-1] if output.strip() else "(no output)")
+    print(f"vllm-slo exit code {cli.returncode}; run folder {run_dir}")
+    if not samples or run_dir is None:
+        print("no RSS samples: the run never wrote rows")
+        print(output)
+        return 1
+    times = np.array([t for t, _ in samples])
+    rss = np.array([r for _, r in samples])
+    steady = times >= warmup_s
+    start_rss = rss[steady][0] if steady.any() else rss[0]
+    slope = (np.polyfit(times[steady], rss[steady], 1)[0] * 60
+             if steady.sum() >= 3 else float("nan"))
+    print(f"Locust RSS (MiB), {len(samples)} samples over {times[-1]:.0f}s: first {rss[0]:.1f}, "
+          f"after {warmup_s:g}s warm-up {start_rss:.1f}, end {rss[-1]:.1f}, max {rss.max():.1f};"
+          f" end - after warm-up {rss[-1] - start_rss:+.1f} MiB, slope after warm-up "
+          f"{slope:+.2f} MiB/min")
+    served = {}
+    for line in record.read_text().splitlines():
+        entry = json.loads(line)
+        suite_id = entry["request_id"].split("-", 1)[1]
+        if SUITE_ID.match(suite_id):
+            served[suite_id] = entry
+    table = pq.read_table(run_dir / "samples.parquet", columns=["request_id", "ok"])
+    rows = table.column("request_id").to_pylist()
+    ok = sum(table.column("ok").to_pylist())
+    missing, extra = set(served) - set(rows), set(rows) - set(served)
+    print(f"stand-in served {len(served)} requests; rows on disk {len(rows)} ({ok} ok, "
+          f"{len(rows) - len(set(rows))} duplicated); served without a row {len(missing)}, "
+          f"rows the stand-in never served {len(extra)}; expected about "
+          f"{args.rate * args.duration:.0f}")
+    return 0 if not missing and not extra and len(rows) == len(set(rows)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
