@@ -1,0 +1,69 @@
+"""Launch-mode faults without vLLM's start-up cost: the suite launches the stand-in behind
+vLLM's command line (tests/support/fake_vllm.py, through `server.command`), which then dies
+mid-run, never becomes ready, or finds its port taken. Each ends with a clear reason, exit 4,
+the rows measured so far kept, and no process left behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.conftest import REPO, cli_env, run_cli
+
+pytestmark = pytest.mark.integration
+
+FAKE = [f"server.command=[{sys.executable}, {REPO / 'tests' / 'support' / 'fake_vllm.py'}]",
+        "server.model=fake-model", "server.served_model_name=fake-model",
+        "traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
+        "traffic.chat.system_prompt_tokens=20",
+        "traffic.arrival={kind: closed, users: 4, spawn_rate: 4, think_time: 0s}"]
+
+
+def run_with(mode: str, tmp_path: Path, *extra: str):
+    return run_cli(["run", "scenario=chat", *FAKE, *extra], tmp_path,
+                   env={**cli_env(), "FAKE_VLLM_MODE": mode})
+
+
+def left_behind(output: str) -> list[str]:
+    """Processes still running the fake server launched on the port the output names."""
+    port = re.search(r"--port (\d+)", output).group(1)
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "fake_vllm.py" in command and f"--port {port}" in command:
+            found.append(command)
+    return found
+
+
+def test_a_launched_server_that_dies_mid_run(tmp_path: Path) -> None:
+    result = run_with("exit_after:6", tmp_path, "traffic.duration=20s", "traffic.warmup=1s")
+    assert result.returncode == 4, result.output
+    assert "server died during the run" in result.output
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    assert sum(table["ok"]) > 20  # the rows before it are kept
+    status = json.loads((result.run_dir / "run_status.json").read_text())
+    assert "exited with code 1" in status["server_failure"]
+    assert "engine core died" in status["server_failure"]  # the log tail says why
+    assert not left_behind(result.output)
+
+
+def test_a_server_that_never_becomes_ready(tmp_path: Path) -> None:
+    result = run_with("never_ready", tmp_path, "server.ready_timeout=4s")
+    assert result.returncode == 4, result.output
+    assert "not ready after 4s: /health answered nothing" in result.output
+    assert not left_behind(result.output)  # the whole process group was stopped
+
+
+def test_a_server_whose_port_is_taken(tmp_path: Path) -> None:
+    result = run_with("port_taken", tmp_path, "server.ready_timeout=30s")
+    assert result.returncode == 4, result.output
+    assert "vLLM exited with code 1" in result.output
+    assert "address already in use" in result.output  # the log tail, in the error itself

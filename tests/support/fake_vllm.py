@@ -1,0 +1,45 @@
+"""vLLM's command line in front of the known-timing stand-in, for launch-mode fault tests (a
+test instrument, like the stand-in itself): the suite launches it through `server.command`
+exactly as it launches `vllm serve`.
+
+    python tests/support/fake_vllm.py serve MODEL --served-model-name NAME --port PORT [...]
+
+FAKE_VLLM_MODE in the environment picks the behaviour: `exit_after:S` (serve, then exit with
+code 1 after S seconds: the server dying mid-run), `never_ready` (print start-up lines, never
+listen), `port_taken` (fail the way vLLM does when its port is in use). Other vLLM flags are
+ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    port = argv[argv.index("--port") + 1]
+    name = argv[argv.index("--served-model-name") + 1]
+    mode = os.environ.get("FAKE_VLLM_MODE", "")
+    print(f"INFO fake vLLM: serve {name} on port {port} ({mode})", flush=True)
+    if mode == "never_ready":
+        time.sleep(3600)
+        return 0
+    if mode == "port_taken":
+        print(f"ERROR [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+              "address already in use", flush=True)
+        return 1
+    standin = subprocess.Popen([sys.executable, "-m", "vllm_slo.servers.standin", "--port",
+                                port, "--model", name, "--ttft", "0.05", "--itl", "0.01"])
+    if mode.startswith("exit_after:"):
+        time.sleep(float(mode.split(":", 1)[1]))
+        standin.kill()
+        standin.wait()
+        print("ERROR fake vLLM: engine core died", flush=True)
+        return 1
+    return standin.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
