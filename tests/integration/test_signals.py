@@ -143,7 +143,9 @@ def test_sigkill_of_the_whole_run_loses_at_most_the_last_flush_interval(tmp_path
             wait_for(lambda: samples_files(only_run_dir(tmp_path), 1), 90, "the first rows",
                      poll_s=0.2)
             run_dir = only_run_dir(tmp_path)
-            time.sleep(3.3)  # a few flushes in, at no particular phase of the flusher
+            # a few flushes in, just before the next one is due (the first rows appear at a
+            # flush; polled every 0.2 s): close to the worst case, a whole interval unflushed
+            time.sleep(3.8)
             groups = {os.getpgid(pid) for pid in locust_pids(run_dir)}
             assert groups and cli.pid not in groups  # Locust runs in a session of its own
             killed_s = time.monotonic()
