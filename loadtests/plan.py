@@ -190,10 +190,15 @@ def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
             conversation += len(chunk)
         passes += 1
         if not out:
+            counts = [f"{reason} {n}" for reason, n in tally.filtered.items() if n]
+            if tally.rejected:
+                counts.append(f"longer than the server's max-model-len {max_model_len}: "
+                              f"{tally.rejected}")
             raise ValueError(
-                f"{path}: no request passes the filters ("
-                + ", ".join(f"{reason} {n}" for reason, n in tally.filtered.items() if n)
-                + "); loosen the traffic.sharegpt limits")
+                f"{path}: no request passes the filters ({', '.join(counts)}); loosen the "
+                "traffic.sharegpt limits"
+                + (", raise server.args.max-model-len or set traffic.overlong=trim"
+                   if tally.rejected else ""))
     if passes > 1:
         tally.warnings.append(
             f"sharegpt: {path.name} gives {sum(map(len, accepted.values()))} requests after "

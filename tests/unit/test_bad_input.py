@@ -268,6 +268,13 @@ PLAN_CASES = [
     PlanCase("sharegpt-entries-malformed", SHAREGPT,
              json.dumps(["a", {"conversations": "x"}, {"conversations": [{"from": "human"}]}]),
              2048, ("traffic.sharegpt: {data}: no request passes the filters (malformed 3)",)),
+    PlanCase("sharegpt-max-model-len-below-every-prompt",
+             {**SHAREGPT, "overlong": "reject"},
+             json.dumps([{"id": str(k), "conversations": [
+                 {"from": "human", "value": "tell me a story " * 8},
+                 {"from": "gpt", "value": "once upon a time " * 8}]} for k in range(3)]),
+             16, ("longer than the server's max-model-len 16: ",
+                  "raise server.args.max-model-len or set traffic.overlong=trim")),
     PlanCase("max-model-len-below-every-prompt",
              {**SHORT_CHAT, "overlong": "reject",
               "chat": {"system_prompt_tokens": 200, "output_tokens": 16}}, None, 100,
