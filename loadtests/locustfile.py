@@ -276,20 +276,23 @@ class _StreamingUser(User):
         timeout_s = traffic.request_timeout_s
         # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
         # of the socket, the client closes it): a transport error with the chunks so far
-        try:
+        def record(outcome: RequestOutcome) -> None:
+            intended_s = outcome.send_perf_s if intended_perf_s is None else intended_perf_s
+            RUN.record(request_row(
+                request_id=request_id,
+                process_id=os.getpid(), user_id=self.user_id, request=request,
+                endpoint=traffic.endpoint, phase=RUN.phase(intended_s - RUN.start_perf_s),
+                intended_perf_s=intended_s, send_unix_s=send_unix_s, queued=queued,
+                outcome=outcome))
+
+        try:  # a request cut by Locust stopping its users is a `cancelled` row, not lost
             with gevent.Timeout(timeout_s, TimeoutError(
                     f"response not finished after {timeout_s:g}s (traffic.request_timeout)")):
-                outcome = send_streamed(self.client, traffic.endpoint, body, request_id)
+                outcome = send_streamed(self.client, traffic.endpoint, body, request_id,
+                                        on_cancel=record)
         finally:
             RUN.monitor.in_flight.leave()
-        if intended_perf_s is None:
-            intended_perf_s = outcome.send_perf_s
-        RUN.record(request_row(
-            request_id=request_id,
-            process_id=os.getpid(), user_id=self.user_id, request=request,
-            endpoint=traffic.endpoint, phase=RUN.phase(intended_perf_s - RUN.start_perf_s),
-            intended_perf_s=intended_perf_s, send_unix_s=send_unix_s, queued=queued,
-            outcome=outcome))
+        record(outcome)
         self.environment.events.request.fire(
             request_type="POST", name=f"{traffic.profile} {traffic.endpoint}",
             response_time=(outcome.end_perf_s - outcome.send_perf_s) * 1000.0,

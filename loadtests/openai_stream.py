@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_slo.servers.http_stream import HttpStreamClient, StreamedResponse
@@ -185,8 +186,21 @@ def interpret(response: StreamedResponse, endpoint: str, send_perf_s: float) -> 
 
 
 def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes,
-                  request_id: str | None = None) -> RequestOutcome:
+                  request_id: str | None = None,
+                  on_cancel: Callable[[RequestOutcome], None] | None = None) -> RequestOutcome:
+    """Send and measure one request. Should the request be cancelled while in flight (the
+    caller's greenlet killed: Locust stopping its users), `on_cancel` gets its outcome so far
+    (status `cancelled`, the chunks seen) before the cancellation goes on."""
     builder = OutcomeBuilder(endpoint)
     send_perf_s = time.perf_counter()
-    response = client.request("POST", PATHS[endpoint], body, request_id, builder.event)
+    try:
+        response = client.request("POST", PATHS[endpoint], body, request_id, builder.event)
+    except BaseException:
+        client.close()
+        if on_cancel is not None:
+            on_cancel(RequestOutcome(
+                send_perf_s, 0, False, "cancelled: the run stopped while the request was in "
+                "flight", tuple(builder.chunk_times), time.perf_counter(), None, None, None,
+                "cancelled"))
+        raise
     return builder.outcome(response, send_perf_s)

@@ -38,6 +38,7 @@ REQUEST_STATUSES = (
     "stream_error",  # an SSE error event inside a 200 stream (vLLM's load shedding)
     "incomplete_stream",  # the stream ended without [DONE]
     "no_tokens",  # a 200 stream without any content token
+    "cancelled",  # still in flight when the run stopped (Locust's stop_timeout, Ctrl-C)
 )
 SAMPLES_DIR = "samples"
 SAMPLES_FILE = "samples.parquet"

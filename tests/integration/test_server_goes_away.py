@@ -88,3 +88,24 @@ def test_abort_on_error_rate_stops_the_run_early(tmp_path: Path) -> None:
     assert status["aborted"].startswith("error rate") and status["load_generator_failure"] is None
     table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
     assert len(table["ok"]) >= 20 and set(table["status"]) <= {"ok", "http_error"}
+
+
+def test_requests_cut_by_the_runs_end_are_cancelled_rows(tmp_path: Path) -> None:
+    """Requests still in flight when Locust's stop_timeout ends are killed with their users:
+    each becomes a `cancelled` row instead of vanishing (every served request is a row)."""
+    from tests.integration.conftest import standin_server
+
+    record = tmp_path / "served.jsonl"
+    with standin_server("--ttft", "4", "--itl", "0.01", "--record", str(record)) as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          "traffic.chat.output_tokens=4", "traffic.prefix_cache=keep",
+                          "traffic.duration=2s", "traffic.warmup=0s", "traffic.stop_timeout=1s",
+                          "traffic.arrival={kind: closed, users: 3, spawn_rate: 3, "
+                          "think_time: 0s}"], tmp_path)
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    assert table["status"] == ["cancelled"] * 3, (table["status"], result.output)
+    assert all("the run stopped while the request was in flight" in e for e in table["error"])
+    served = [json.loads(line) for line in record.read_text().splitlines()]
+    ours = [s for s in served if s["request_id"].split("-", 1)[1] in set(table["request_id"])]
+    assert len(ours) == 3 and all(s["client_disconnected"] for s in ours)
+    assert result.returncode == 4  # no request succeeded in the window
