@@ -4,22 +4,14 @@ reports/analysis/client_health.py). A line cut by a crash, or a foreign one, is 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR
 
 
 def read_client_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every record of every process, in file then line order."""
-    records = []
-    for path in sorted((run_dir / SAMPLES_DIR).glob("client-*.jsonl")):
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    return records
+    return [record for path in sorted((run_dir / SAMPLES_DIR).glob("client-*.jsonl"))
+            for record in read_json_lines(path)]

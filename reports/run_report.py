@@ -35,6 +35,7 @@ from vllm_slo.reports.analysis.verdicts import (
     invalid_measurement_reasons,
 )
 from vllm_slo.reports.client_records import read_client_records
+from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.render.junit import render_junit
 from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
@@ -91,17 +92,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def read_server_metrics(path: Path) -> list[dict[str, Any]]:
     """The /metrics scrapes, one JSON object a line; a torn or foreign line is skipped (the
     recorder may have died mid-write)."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return read_json_lines(path)
 
 
 def load_run(run_dir: Path) -> LoadedRun:
