@@ -16,7 +16,6 @@ Exit status 1 if a row is missing or extra.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+
+from vllm_slo.servers.standin.cli import read_record_log
 
 SUITE_ID = re.compile(r"^\d+-\d+-\d+-\d+$")  # the locustfile's request ids (not readiness)
 
@@ -138,12 +139,8 @@ def main() -> int:
           f"after {warmup_s:g}s warm-up {start_rss:.1f}, end {rss[-1]:.1f}, max {rss.max():.1f};"
           f" end - after warm-up {rss[-1] - start_rss:+.1f} MiB, slope after warm-up "
           f"{slope:+.2f} MiB/min")
-    served = {}
-    for line in record.read_text().splitlines():
-        entry = json.loads(line)
-        suite_id = entry["request_id"].split("-", 1)[1]
-        if SUITE_ID.match(suite_id):
-            served[suite_id] = entry
+    served = {rid: entry for rid, entry in read_record_log(record).items()
+              if SUITE_ID.match(rid)}
     table = pq.read_table(run_dir / "samples.parquet", columns=["request_id", "ok"])
     rows = table.column("request_id").to_pylist()
     ok = sum(table.column("ok").to_pylist())

@@ -10,6 +10,7 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from vllm_slo.servers.standin.app import StandinApp
 from vllm_slo.servers.standin.config import HOST, RequestRecord, StandinConfig
@@ -56,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
         "client's measurement is checked against",
     )
     return p
+
+
+def read_record_log(path: str | Path) -> dict[str, dict]:
+    """A `--record` log read back, keyed by the client's own request id (the X-Request-Id it
+    sent; the stand-in prefixes it with ``cmpl-`` / ``chatcmpl-``, as vLLM does). Requests
+    sent without one are keyed by the stand-in's random id."""
+    served = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            served[entry["request_id"].split("-", 1)[1]] = entry
+    return served
 
 
 class RecordLog:

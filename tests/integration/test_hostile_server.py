@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.conftest import run_cli, standin_server
 from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
+from vllm_slo.servers.standin.cli import read_record_log
 from vllm_slo.servers.standin.faults import MIXED_KINDS
 
 pytestmark = pytest.mark.integration
@@ -42,10 +43,7 @@ def test_every_fault_is_a_row_with_its_status(tmp_path: Path) -> None:
     assert result.returncode == 1, result.output  # the error-rate SLO fails; nothing else
     table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
     rows = dict(zip(table["request_id"], table["status"], strict=True))
-    served = {}
-    for line in record.read_text().splitlines():
-        entry = json.loads(line)
-        served[entry["request_id"].split("-", 1)[1]] = entry["fault"]
+    served = {rid: entry["fault"] for rid, entry in read_record_log(record).items()}
     ours = {rid: fault for rid, fault in served.items() if rid in rows}
     assert len(ours) == len(rows) > 60  # every row was served, once
     assert len(served) - len(ours) <= 2  # the readiness check's own completion(s)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import run_cli, standin_server
+from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +67,7 @@ def test_two_workers_lose_and_duplicate_no_row(tmp_path: Path) -> None:
     assert len(set(table["process_id"])) == 2
     row_ids = table["request_id"]
     assert len(row_ids) == len(set(row_ids)) > 100
-    served = [json.loads(line)["request_id"].split("-", 1)[1]
-              for line in record.read_text().splitlines()]
+    served = list(read_record_log(record))
     suite_served = [i for i in served if i in set(row_ids)]
     assert sorted(suite_served) == sorted(row_ids)  # served once each, each one a row
     assert len(served) - len(suite_served) <= 2  # the readiness check's own completion(s)
@@ -173,10 +173,7 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
     assert result.returncode == 0, result.output
     table = pq.read_table(result.run_dir / "samples.parquet").to_pylist()
     assert all(row["ok"] for row in table), [row["error"] for row in table if not row["ok"]]
-    served = {}
-    for line in record.read_text().splitlines():
-        entry = json.loads(line)
-        served[entry["request_id"].split("-", 1)[1]] = entry
+    served = read_record_log(record)
     stop_s = min(row["send_unix_s"] for row in table) - clock_offset_s + 6.0 - 0.2
     delays = []
     for row in table:

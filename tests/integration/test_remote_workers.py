@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import cli_env, running_cli, standin_server
+from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,7 @@ def test_remote_workers_started_by_hand_deliver_every_row(tmp_path: Path) -> Non
     assert set(table["process_id"]) == {w.pid for w in workers}  # rows from each worker
     row_ids = table["request_id"]
     assert len(row_ids) == len(set(row_ids)) > 50
-    served = [json.loads(line)["request_id"].split("-", 1)[1]
-              for line in record.read_text().splitlines()]
+    served = list(read_record_log(record))
     assert sorted(i for i in served if i in set(row_ids)) == sorted(row_ids)
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["locust_workers"] == 2 and provenance["locust_master"].startswith("127.")

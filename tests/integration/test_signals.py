@@ -29,6 +29,7 @@ from tests.integration.conftest import (
 )
 from vllm_slo.loadtests import locust_launcher
 from vllm_slo.scenarios.samples_format import read_stream_tolerant
+from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
 
@@ -64,13 +65,8 @@ def stream_rows(run_dir: Path) -> pa.Table:
 
 def served_log(record: Path) -> dict[str, dict]:
     """The stand-in's log, keyed by the suite's request id (readiness probes left out)."""
-    served = {}
-    for line in record.read_text().splitlines():
-        entry = json.loads(line)
-        suite_id = entry["request_id"].split("-", 1)[1]
-        if SUITE_ID.match(suite_id):
-            served[suite_id] = entry
-    return served
+    return {rid: entry for rid, entry in read_record_log(record).items()
+            if SUITE_ID.match(rid)}
 
 
 def samples_files(run_dir: Path | None, count: int) -> bool:
