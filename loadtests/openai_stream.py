@@ -142,6 +142,11 @@ class OutcomeBuilder:
             return RequestOutcome(send_perf_s, response.status, False,
                                   f"HTTP {response.status}: {detail}".strip(), (), end, None,
                                   None, None, "http_error")
+        if not self.chunk_times and not self.done and self.error is None and response.sse_bytes:
+            return RequestOutcome(send_perf_s, 200, False,
+                                  f"HTTP 200 SSE stream without a single data: event "
+                                  f"({response.sse_bytes} bytes)", (), end, None, None, None,
+                                  "malformed_stream")
         if not self.chunk_times and not self.done and self.error is None and response.body:
             kind = response.headers.get("content-type", "no content type")
             return RequestOutcome(send_perf_s, 200, False,
@@ -195,12 +200,12 @@ def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes,
     send_perf_s = time.perf_counter()
     try:
         response = client.request("POST", PATHS[endpoint], body, request_id, builder.event)
-    except BaseException:
+    except BaseException as exc:
         client.close()
         if on_cancel is not None:
             on_cancel(RequestOutcome(
-                send_perf_s, 0, False, "cancelled: the run stopped while the request was in "
-                "flight", tuple(builder.chunk_times), time.perf_counter(), None, None, None,
-                "cancelled"))
+                send_perf_s, 0, False, f"cancelled ({type(exc).__name__}): the run stopped "
+                "while the request was in flight", tuple(builder.chunk_times),
+                time.perf_counter(), None, None, None, "cancelled"))
         raise
     return builder.outcome(response, send_perf_s)

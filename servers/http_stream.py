@@ -53,6 +53,7 @@ class StreamedResponse:
     headers: dict[str, str] = field(default_factory=dict)
     events: list[tuple[float, bytes]] = field(default_factory=list)
     body: bytes = b""  # non-SSE bodies (errors, JSON)
+    sse_bytes: int = 0  # bytes of an SSE body (events or not: lines without data count too)
     headers_at_s: float | None = None
     ended_at_s: float | None = None
     transport_error: str | None = None
@@ -161,6 +162,7 @@ class ResponseParser:
             sse = self._sse
             if sse is not None:
                 completed = sse.feed(piece)
+                self.response.sse_bytes += len(piece)
                 counters = READ_COUNTERS
                 counters.socket_reads += 1
                 counters.sse_events += len(completed)

@@ -30,6 +30,12 @@ def _get_json(client: HttpStreamClient, path: str) -> tuple[int, object]:
         return response.status, response.body[:200].decode("utf-8", "replace")
 
 
+def _has_content(payload: object) -> bool:
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    return any(isinstance(c, dict) and ((c.get("delta") or {}).get("content") or c.get("text"))
+               for c in choices or ())
+
+
 def probe_completion(client: HttpStreamClient, model_id: str) -> str | None:
     """One streamed chat completion (completions if the model has no chat template).
     Returns None when tokens streamed back, else what went wrong."""
@@ -53,9 +59,9 @@ def probe_completion(client: HttpStreamClient, model_id: str) -> str | None:
         if any("error" in payload for payload in payloads):
             problems.append(f"{path}: error event {payloads}")
             continue
-        if any(payload.get("usage") for payload in payloads):
-            return None
-        problems.append(f"{path}: stream ended without a usage chunk")
+        if any(payload.get("usage") or _has_content(payload) for payload in payloads):
+            return None  # (a server that streams tokens but no usage is measured, and warned of)
+        problems.append(f"{path}: stream ended without a content token or a usage chunk")
     return "; ".join(problems)
 
 

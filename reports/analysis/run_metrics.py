@@ -61,6 +61,7 @@ class RunSeries:
     queued_for_slot: int = 0  # open loop: measured requests that waited for an in-flight slot
     client_send_lag_s: np.ndarray = field(default_factory=lambda: np.empty(0))  # not queued
     reused_prompts: int = 0  # requests that repeated an earlier plan entry (plan cycled)
+    ok_without_usage: int = 0  # successful measured requests whose stream had no usage chunk
     prompt_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))  # server-counted
     output_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))
     # every measured request in send order (failures included: NaN latencies), for goodput
@@ -208,6 +209,8 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         queued_for_slot=int(np.count_nonzero(measured & queued)),
         client_send_lag_s=floats("send_lag_s", measured & ~queued),
         reused_prompts=reused, prompt_tokens=floats("prompt_tokens", good),
+        ok_without_usage=int(np.count_nonzero(
+            good & ~table.column("output_tokens").is_valid().to_numpy(zero_copy_only=False))),
         output_tokens=floats("output_tokens", good),
         measured_ok=ok[measured], measured_send_unix_s=intended[measured],
         measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
@@ -229,6 +232,9 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
     ok = series.requests - series.failed
     if series.requests and ok == 0:
         warnings.append("every measured request failed")
+    if series.ok_without_usage:
+        warnings.append(f"{series.ok_without_usage} successful request(s) carried no usage "
+                        "chunk: their output tokens are unknown and count in no throughput")
     lag = series.send_lag_s
     client_lag = series.client_send_lag_s
     return RunSummary(

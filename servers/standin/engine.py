@@ -184,7 +184,9 @@ class Engine:
             await sleep_until(start + min(self.config.role_delay_s, first_offset))
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
             role.update(logprobs=None, finish_reason=None)
-            trace.last_chunk_s = await write(writer, sse({**base, "choices": [role]}))
+            event = sse({**base, "choices": [role]})
+            trace.last_chunk_s = await write(
+                writer, _without_data_field(event) if fault == "no_data" else event)
         for (a, b), text in zip(ranges, texts, strict=True):
             if drop_at is not None and b > drop_at:
                 await sleep_until(start + offsets[b - 1])
@@ -201,6 +203,8 @@ class Engine:
             event = sse({**base, "choices": [choice]})
             if b == n // 2 + 1 and fault in ("bad_json", "bad_utf8"):
                 event = _broken(event, fault)
+            elif fault == "no_data":
+                event = _without_data_field(event)
             sent = await write(writer, event)
             trace.content_chunk_s.append(sent)
             if trace.first_content_s is None:
@@ -210,14 +214,18 @@ class Engine:
             self.counters.generation_tokens += b - a
         if n == 0:
             await sleep_until(start + self.config.ttft_s)
-        if params.include_usage:
+        if params.include_usage and fault != "no_usage":
             usage = {
                 "prompt_tokens": params.prompt_tokens,
                 "total_tokens": params.prompt_tokens + n,
                 "completion_tokens": n,
             }
-            await write(writer, sse({**base, "choices": [], "usage": usage}))
-        if fault != "no_done":
+            usage_event = sse({**base, "choices": [], "usage": usage})
+            await write(writer, _without_data_field(usage_event) if fault == "no_data"
+                        else usage_event)
+        if fault == "no_data":
+            await write(writer, _without_data_field(sse("[DONE]")))
+        elif fault != "no_done":
             await write(writer, sse("[DONE]"))
         trace.last_chunk_s = await write(writer, LAST_CHUNK)
         self.counters.finished["stop" if n == 0 else "length"] += 1
@@ -287,3 +295,9 @@ def _broken(event: bytes, fault: str) -> bytes:
         payload = payload.replace(b'"text":"', b'"text":"\xc3', 1).replace(
             b'"content":"', b'"content":"\xc3', 1)
     return http_chunk(payload)
+
+
+def _without_data_field(event: bytes) -> bytes:
+    """An SSE chunk whose `data: ` field name is gone (a bare line no SSE client reads)."""
+    payload = event.split(b"\r\n", 1)[1].rsplit(b"\r\n", 1)[0]
+    return http_chunk(payload.removeprefix(b"data: "))

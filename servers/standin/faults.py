@@ -19,6 +19,10 @@ does:
   (not JSON) / carries a truncated UTF-8 sequence; the rest of the stream is normal.
 * ``no_done``: streaming: every token and the usage chunk, but no ``data: [DONE]``.
 * ``not_sse``: streaming asked for, a whole JSON completion (``application/json``) returned.
+* ``no_data``: streaming: every event written without its ``data: `` field name (a bare JSON
+  line), ``[DONE]`` too: an SSE body without a single data event.
+* ``no_usage``: streaming: no usage chunk although ``stream_options.include_usage`` asked
+  for it (a success whose token count the client cannot know).
 * ``xss``: normal timing, but the content tokens carry HTML/JS payloads (report-escaping tests).
 
 The configured kind ``mixed`` gives each faulted request the next kind of ``MIXED_KINDS`` in
@@ -46,10 +50,13 @@ FAULT_KINDS: tuple[str, ...] = (
     "bad_utf8",
     "no_done",
     "not_sse",
+    "no_data",
+    "no_usage",
     "xss",
 )
 MIXED = "mixed"  # as a configured kind: each faulted request takes the next kind in turn
-MIXED_KINDS = tuple(kind for kind in FAULT_KINDS if kind != "xss")  # every way to fail
+# every way to fail (no_usage and xss are answers the suite must take as successes)
+MIXED_KINDS = tuple(kind for kind in FAULT_KINDS if kind not in ("xss", "no_usage"))
 FAULT_HEADER = "x-standin-fault"
 NO_FAULT = "none"
 

@@ -618,6 +618,16 @@ def test_fault_not_sse(standin: StandinServer) -> None:
     assert r.events == [] and json.loads(r.body)["choices"][0]["text"]
 
 
+def test_fault_no_data_and_no_usage(standin: StandinServer) -> None:
+    bare = fault_request(standin.url, "no_data")
+    assert (bare.status, bare.complete) == (200, True) and bare.events == []
+    assert b"data:" not in bare.body and bare.body.count(b'"content":') >= 8
+    silent = fault_request(standin.url, "no_usage")
+    payloads = [d for _, d in silent.events]
+    assert payloads[-1] == "[DONE]" and len(silent.content_times()) == 8
+    assert all("usage" not in json.loads(d) for d in payloads[:-1])
+
+
 def test_mixed_faults_take_every_kind_in_turn() -> None:
     from vllm_slo.servers.standin.faults import MIXED_KINDS, FaultPicker
 
@@ -626,12 +636,13 @@ def test_mixed_faults_take_every_kind_in_turn() -> None:
     half = FaultPicker("mixed", 0.5, seed=0)
     picked = [half.decide({}) for _ in range(200)]
     assert 60 < sum(p is not None for p in picked) < 140
-    assert "xss" not in picked  # xss is no failure
+    assert "xss" not in picked and "no_usage" not in picked  # successes, not failures
 
 
 def test_every_fault_kind_is_tested() -> None:
     covered = {"http_500", "http_503", "http_429", "sse_error", "no_tokens", "drop_mid_stream",
-               "hang", "bad_json", "bad_utf8", "no_done", "not_sse", "xss"}
+               "hang", "bad_json", "bad_utf8", "no_done", "not_sse", "no_data", "no_usage",
+               "xss"}
     assert set(FAULT_KINDS) == covered
 
 

@@ -150,6 +150,7 @@ def test_every_way_to_fail_has_its_status_word() -> None:
         "incomplete_stream": response([(1.0, token), (1.1, USAGE)]),
         "no_tokens": response([(1.0, USAGE), (1.0, "[DONE]")]),
     }
+    cases["malformed_stream"] = StreamedResponse(status=200, sse_bytes=300, ended_at_s=1.0)
     assert set(cases) == set(REQUEST_STATUSES) - {"cancelled"}  # (tested in integration)
     for status, got in cases.items():
         outcome = interpret(got, "completions", 0.5)
