@@ -250,13 +250,13 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                     f"{REMOTE_WORKERS_WAIT_S:.0f}s); on each worker host, with the run folder "
                     f"at the same path (shared file system), run:\n  "
                     + " ".join(worker_argv(run_dir, traffic, host)))
-            # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
-            def abort() -> str | None:
+            def abort() -> str | None:  # the scenario's abort_on, on the rows flushed so far
                 if scenario.abort_on.error_rate is None:
                     return None
                 ok = read_streams(stream_files(run_dir)).column("ok").to_pylist()
                 return scenario.abort_on.reason(len(ok), ok.count(False))
 
+            # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
             locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
                                 progress_interval_s=5.0 if interactive else 30.0, abort=abort)
             if locust.aborted:
