@@ -179,6 +179,9 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
     except SystemExit as exit_:
         return ExitCode.USAGE_ERROR if exit_.code else ExitCode.PASS
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # Ctrl-C stops a run even when the CLI was started with SIGINT ignored (a background job
+    # of a non-interactive shell inherits SIG_IGN, and Python then keeps it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _dispatch(options, say)
     except SloSuiteError as error:
