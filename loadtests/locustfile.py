@@ -274,8 +274,7 @@ class _StreamingUser(User):
         send_unix_s = time.time()
         RUN.monitor.in_flight.enter()
         timeout_s = traffic.request_timeout_s
-        # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
-        # of the socket, the client closes it): a transport error with the chunks so far
+
         def record(outcome: RequestOutcome) -> None:
             intended_s = outcome.send_perf_s if intended_perf_s is None else intended_perf_s
             RUN.record(request_row(
@@ -285,7 +284,10 @@ class _StreamingUser(User):
                 intended_perf_s=intended_s, send_unix_s=send_unix_s, queued=queued,
                 outcome=outcome))
 
-        try:  # a request cut by Locust stopping its users is a `cancelled` row, not lost
+        # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
+        # of the socket, the client closes it): a timeout row with the chunks so far; a
+        # request cut by Locust stopping its users is a `cancelled` row, not lost
+        try:
             with gevent.Timeout(timeout_s, TimeoutError(
                     f"response not finished after {timeout_s:g}s (traffic.request_timeout)")):
                 outcome = send_streamed(self.client, traffic.endpoint, body, request_id,
