@@ -29,9 +29,11 @@ from pathlib import Path
 
 import gevent
 import numpy as np
+from gevent.event import Event
 from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner
+from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
@@ -208,7 +210,6 @@ def _configure(environment, **_kwargs) -> None:
     master = isinstance(environment.runner, MasterRunner)
     RUN.configure(Path(run_dir), getattr(environment.runner, "worker_index", 0) or 0,
                   runs_users=not master)
-    ClosedLoopUser.wait_time = constant(RUN.traffic.arrival.think_time_s)
     # the plan and everything loaded so far live for the whole run: keep them out of the
     # cyclic collector's scans (a full collection over them paused every stream for ms)
     gc.collect()
@@ -240,6 +241,34 @@ atexit.register(RUN.close)  # also when a process ends some other way (e.g. a wo
 
 class _StreamingUser(User):
     abstract = True
+
+    def __init__(self, environment) -> None:
+        super().__init__(environment)
+        self.stopping = Event()  # set when Locust asks this user to stop: wakes its waits
+
+    def stop(self, force: bool = False) -> bool:
+        """Locust kills a user it finds waiting, but the kill lands a loop turn later: a user
+        whose wait ended meanwhile has sent its next request by then, and that request dies
+        in flight (seen: 59 of 64 closed-loop users cancelled at the end of a run; Locust's
+        stop blocks the loop ~0.1 s first, so most waits end in that turn). A waiting user is
+        stopped gracefully instead, as Locust stops a busy one: marked stopping, its wait
+        woken; it leaves at the next check without sending. `force` still kills."""
+        if not force and self._state == LOCUST_STATE_WAITING:
+            self._state = LOCUST_STATE_STOPPING
+            self.stopping.set()
+            return False
+        killed = super().stop(force)
+        if not killed:
+            self.stopping.set()
+        return killed
+
+    def pause(self, seconds: float) -> None:
+        """Wait inside a task (think time, back-off, an arrival's time); ends early and
+        leaves the user (StopUser, nothing sent) once Locust asks it to stop."""
+        if seconds > 0:
+            self.stopping.wait(seconds)
+        if self._state == LOCUST_STATE_STOPPING:
+            raise StopUser()
 
     def on_start(self) -> None:
         assert RUN.traffic is not None
@@ -304,7 +333,8 @@ class _StreamingUser(User):
 
 
 class ClosedLoopUser(_StreamingUser):
-    """One conversation at a time, turn after turn, think time between requests."""
+    """One conversation at a time, turn after turn, think time between requests (waited
+    inside the task, see `pause`; Locust's own wait_time stays 0)."""
 
     wait_time = constant(0)
 
@@ -323,11 +353,12 @@ class ClosedLoopUser(_StreamingUser):
             self.pending = []  # a failed turn ends its conversation
         if outcome.status_code:  # the server answered (an HTTP error too): go on at once
             self.backoff_s = 0.0
+            self.pause(RUN.traffic.arrival.think_time_s)
             return
         # no response at all (refused, reset, timed out): the server may be gone; back off
         # instead of re-sending in a tight loop (seen: 16 users, 1,664 refused requests in 18 s)
         self.backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, 2 * self.backoff_s))
-        gevent.sleep(self.backoff_s * random.uniform(0.5, 1.0))
+        self.pause(self.backoff_s * random.uniform(0.5, 1.0) + RUN.traffic.arrival.think_time_s)
 
 
 class OpenLoopUser(_StreamingUser):
@@ -344,6 +375,5 @@ class OpenLoopUser(_StreamingUser):
         intended_perf_s = RUN.start_perf_s + offset_s
         now = time.perf_counter()
         queued = now > intended_perf_s + LATE_CLAIM_S
-        if now < intended_perf_s:
-            gevent.sleep(intended_perf_s - now)
+        self.pause(intended_perf_s - now)
         self.send(position, intended_perf_s, queued)

@@ -4,6 +4,7 @@ staged load through LoadTestShape, against the known-timing stand-in."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,26 @@ def test_a_stalled_stream_ends_at_the_request_timeout(tmp_path: Path) -> None:
     stalled = [e2e for e2e, e in zip(table["e2e_s"], table["error"], strict=True) if e]
     assert all(0.95 < t < 1.5 for t in stalled), stalled
     assert sum(table["ok"]) > 10  # the other requests went on
+
+
+def test_the_end_of_a_run_cuts_no_request(tmp_path: Path) -> None:
+    """Locust's stop kills a user it finds in its wait, a loop turn later: by then most had
+    woken and sent their next request, which died in flight (59 of 64 users' last requests
+    were `cancelled` rows before the suite's users stopped gracefully from their waits). Now
+    every request sent is served to its end and is an `ok` row, and none is sent after the
+    stop."""
+    record = tmp_path / "served.jsonl"
+    with standin_server("--ttft", "0.01", "--itl", "0.002", "--record", str(record)) as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}", *COMMON,
+                          "traffic.duration=3s", "traffic.warmup=1s",
+                          "traffic.arrival={kind: closed, users: 64, spawn_rate: 64, "
+                          "think_time: 0.05s}"], tmp_path)
+    assert result.returncode == 0, result.output
+    table = rows(result)
+    assert len(table["status"]) > 1000
+    assert set(table["status"]) == {"ok"}, Counter(table["status"])
+    served = set(read_record_log(record))
+    assert set(table["request_id"]) <= served
 
 
 def test_closed_loop_stages_follow_the_shape(fast_standin: str, tmp_path: Path) -> None:
