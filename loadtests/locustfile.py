@@ -35,6 +35,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
+from vllm_slo.loadtests import locust_quirks
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
@@ -51,6 +52,8 @@ FLUSH_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: doubling waits
 BACKOFF_MAX_S = 2.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
+
+locust_quirks.install()  # Locust's stop must not block the loop (loadtests/locust_quirks.py)
 
 
 class _Run:
