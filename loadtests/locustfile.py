@@ -354,14 +354,17 @@ class ClosedLoopUser(_StreamingUser):
         outcome = self.send(position, None, queued=False)
         if not outcome.ok:
             self.pending = []  # a failed turn ends its conversation
-        if outcome.status_code:  # the server answered (an HTTP error too): go on at once
-            self.backoff_s = 0.0
-            self.pause(RUN.traffic.arrival.think_time_s)
+        traffic = RUN.traffic
+        if outcome.status_code:  # the server answered (an HTTP error too): go on, unless it
+            self.backoff_s = 0.0  # asked for a pause (429/503 with Retry-After)
+            longest_s = traffic.retry_after_max_s
+            asked_s = min(outcome.retry_after_s or 0.0, longest_s or 0.0)
+            self.pause(asked_s + traffic.arrival.think_time_s)
             return
         # no response at all (refused, reset, timed out): the server may be gone; back off
         # instead of re-sending in a tight loop (seen: 16 users, 1,664 refused requests in 18 s)
         self.backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, 2 * self.backoff_s))
-        self.pause(self.backoff_s * random.uniform(0.5, 1.0) + RUN.traffic.arrival.think_time_s)
+        self.pause(self.backoff_s * random.uniform(0.5, 1.0) + traffic.arrival.think_time_s)
 
 
 class OpenLoopUser(_StreamingUser):

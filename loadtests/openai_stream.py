@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 
 from vllm_slo.servers.http_stream import HttpStreamClient, StreamedResponse
 
@@ -31,6 +32,24 @@ class RequestOutcome:
     prompt_tokens: int | None
     finish_reason: str | None
     status: str = "ok"  # one of scenarios.samples_format.REQUEST_STATUSES
+    retry_after_s: float | None = None  # an HTTP error's Retry-After, in seconds from its end
+
+
+def retry_after_seconds(value: str | None, now_unix_s: float) -> float | None:
+    """Pure: a Retry-After header (delay-seconds or an HTTP-date, RFC 9110 §10.2.3) as seconds
+    from `now_unix_s`, at least 0; None when absent or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is GMT
+        return None
+    return max(0.0, when.timestamp() - now_unix_s)
 
 
 def request_body(endpoint: str, model: str, prompt: str | list[dict[str, str]],
@@ -139,9 +158,13 @@ class OutcomeBuilder:
                 detail = _error_text(json.loads(body))
             except json.JSONDecodeError:
                 detail = body[:500]
-            return RequestOutcome(send_perf_s, response.status, False,
-                                  f"HTTP {response.status}: {detail}".strip(), (), end, None,
-                                  None, None, "http_error")
+            header = response.headers.get("retry-after")
+            wait_s = retry_after_seconds(header, time.time())
+            error = f"HTTP {response.status}: {detail}".strip()
+            if header is not None:
+                error += f" (Retry-After: {header[:40]})"
+            return RequestOutcome(send_perf_s, response.status, False, error, (), end, None,
+                                  None, None, "http_error", wait_s)
         if not self.chunk_times and not self.done and self.error is None and response.sse_bytes:
             return RequestOutcome(send_perf_s, 200, False,
                                   f"HTTP 200 SSE stream without a single data: event "

@@ -44,4 +44,5 @@ def request_row(*, request_id: str, process_id: int, user_id: int, request: Plan
         "error": outcome.error,
         "finish_reason": outcome.finish_reason,
         "status": outcome.status,
+        "retry_after_s": outcome.retry_after_s,
     }

@@ -116,7 +116,8 @@ def load_run(run_dir: Path) -> LoadedRun:
         target_users=traffic.arrival.users if closed else None,
         think_time_s=traffic.arrival.think_time_s,
         max_loop_lag_p99_s=traffic.max_loop_lag_p99_s,
-        min_held_concurrency=traffic.min_held_concurrency)
+        min_held_concurrency=traffic.min_held_concurrency,
+        retry_after_max_s=traffic.retry_after_max_s)
     invalid = (*invalid, *health.reasons)
     if table.num_rows:
         run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())

@@ -76,6 +76,7 @@ class ServerSpec(Frozen):
 
 
 OPEN_LOOP_KINDS = ("poisson", "gamma", "constant")
+RETRY_AFTER_MAX_S = 60.0  # closed loop: the longest Retry-After a user honours
 
 
 class StageSpec(Frozen):
@@ -234,6 +235,12 @@ class TrafficSpec(Frozen):
         0.98, gt=0, le=1,
         description="closed loop: a run whose users were busy (in flight or thinking) less than "
         "this share of the measured window is flagged client-limited")
+    retry_after: Literal["honour", "ignore"] = Field(
+        "honour",
+        description="closed loop: a user answered with an HTTP error carrying Retry-After (429, "
+        f"503) waits that long, at most {RETRY_AFTER_MAX_S:g} s, before its next request "
+        "(ignore: goes on at once); open loop keeps its schedule either way (the arrivals are "
+        "the experiment)")
     chat: ChatSpec = Field(default_factory=ChatSpec)
     long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
     sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
@@ -255,6 +262,13 @@ class TrafficSpec(Frozen):
     def total_s(self) -> float:
         """Planned traffic time: warm-up + measured window + cool-down."""
         return self.warmup_s + self.duration_s + self.cooldown_s
+
+    @property
+    def retry_after_max_s(self) -> float | None:
+        """The longest Retry-After a closed-loop user waits out; None: not honoured."""
+        if self.retry_after == "honour" and not self.arrival.open_loop:
+            return RETRY_AFTER_MAX_S
+        return None
 
 
 def _latency_rules(metric: str):

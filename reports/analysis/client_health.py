@@ -181,12 +181,26 @@ def _measured(table: pa.Table) -> np.ndarray:
                       .to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def deliberate_pauses_s(table: pa.Table, think_time_s: float,
+                        retry_after_max_s: float | None) -> np.ndarray:
+    """Closed loop: the idleness each row's user chose after it, per row: the think time, plus
+    the server's Retry-After (at most `retry_after_max_s`) when users honour it (None: they
+    ignore it)."""
+    pauses = np.full(table.num_rows, think_time_s)
+    if retry_after_max_s is not None and "retry_after_s" in table.column_names:
+        asked = np.nan_to_num(_column(table, "retry_after_s"), nan=0.0)
+        pauses += np.clip(asked, 0.0, retry_after_max_s)
+    return pauses
+
+
 def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s: float,
-                         closed_loop: bool) -> Concurrency | None:
+                         closed_loop: bool, retry_after_max_s: float | None = None
+                         ) -> Concurrency | None:
     """Achieved concurrency of a run's rows (every phase given: requests of the warm-up still
     in flight inside the window count); None when the window is empty. Closed loop: a ramp-up
     that reaches into the measured window (warm-up shorter than users / spawn_rate) is cut off:
-    the judged window starts once the last user has sent its first request."""
+    the judged window starts once the last user has sent its first request. A user that waits
+    out a Retry-After it honours (`retry_after_max_s`) is busy meanwhile, as when it thinks."""
     window = judged_window(table)
     if window is None:
         return None
@@ -208,19 +222,20 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
     busy = None
     gaps = np.empty(0)
     if closed_loop:
-        busy_end = finish + think_time_s
+        pauses = deliberate_pauses_s(table, think_time_s, retry_after_max_s)
+        busy_end = finish + pauses
         if keys is not None:
             order = np.lexsort((send, keys))
-            k, s, f = keys[order], send[order], finish[order]
+            k, s, f, pause = keys[order], send[order], finish[order], pauses[order]
             same_user = (k[1:] == k[:-1]) & (k[1:] >= 0)
             nxt = np.flatnonzero(same_user)
-            busy_sorted = f + think_time_s
+            busy_sorted = f + pause
             busy_sorted[nxt] = np.maximum(np.minimum(busy_sorted[nxt], s[nxt + 1]), s[nxt])
             busy_end = np.empty_like(busy_sorted)
             busy_end[order] = busy_sorted
             next_send = s[nxt + 1]
             inside = (next_send >= start) & (next_send <= end)
-            gaps = (next_send - f[nxt] - think_time_s)[inside]
+            gaps = (next_send - f[nxt] - pause[nxt])[inside]
         busy = time_weighted_count(send, busy_end, start, end)
     gaps = gaps[np.isfinite(gaps)]
 
@@ -444,9 +459,11 @@ def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHeal
 
 def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
                   closed_loop: bool, target_users: int | None, think_time_s: float,
-                  max_loop_lag_p99_s: float, min_held_concurrency: float) -> ClientHealth:
+                  max_loop_lag_p99_s: float, min_held_concurrency: float,
+                  retry_after_max_s: float | None = None) -> ClientHealth:
     """The whole judgement from a run's rows (all phases) and its monitor records."""
-    concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop)
+    concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop,
+                                       retry_after_max_s)
     if concurrency is not None:
         records = records_in_window(records, concurrency.window_start_unix_s,
                                     concurrency.window_start_unix_s + concurrency.window_s)

@@ -213,7 +213,8 @@ class StandinApp:
             trace.status = error.status
             trace.last_chunk_s = await send_json(
                 writer, error.status, error.body(), keep_alive=keep,
-                extra_headers=[("retry-after", "1")] if fault == "http_429" else (),
+                extra_headers=[("retry-after", self.config.retry_after)]
+                if fault in ("http_429", "http_503") and self.config.retry_after else (),
             )
             return keep
         if fault == "not_sse" and params.stream:  # a whole JSON answer where SSE was asked for

@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=d.seed, help="seed for faults and jitter")
     p.add_argument(
+        "--retry-after", default=d.retry_after, metavar="VALUE",
+        help=f"the Retry-After header sent with http_429 and http_503 (default {d.retry_after!r};"
+        " 'none' sends none)",
+    )
+    p.add_argument(
         "--reuse-port", action="store_true",
         help="share --port with other stand-in processes (SO_REUSEPORT; give a fixed port)",
     )
@@ -109,6 +114,7 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         fault_kind=args.fault,
         fault_rate=args.fault_rate,
         seed=args.seed,
+        retry_after=None if args.retry_after.lower() == "none" else args.retry_after,
     )
 
 

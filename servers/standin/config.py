@@ -27,6 +27,7 @@ class StandinConfig:
     fault_kind: str | None = None  # applied to each request with probability fault_rate
     fault_rate: float = 1.0
     seed: int = 0
+    retry_after: str | None = "1"  # the Retry-After header of http_429 / http_503; None: none
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "itl_s", "role_delay_s", "jitter_s"):

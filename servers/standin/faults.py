@@ -5,7 +5,8 @@ A fault comes from ``StandinConfig.fault_kind`` with probability ``fault_rate``,
 from the header ``x-standin-fault: <kind>`` (``none`` forces a normal answer). What each kind
 does:
 
-* ``http_500`` / ``http_503``: that status at once, with a vLLM-shaped JSON error body.
+* ``http_500`` / ``http_503``: that status at once, with a vLLM-shaped JSON error body (503
+  with the configured ``Retry-After``, ``StandinConfig.retry_after``).
 * ``sse_error``: streaming: HTTP 200, one SSE ``{"error": {..., "code": 503}}`` event, then
   ``[DONE]`` (vLLM under ``--max-num-queued-reqs``); non-streaming: HTTP 503 (as vLLM does).
 * ``no_tokens``: HTTP 200, the role chunk (chat), then at ``ttft_s`` the usage chunk (when asked
@@ -14,7 +15,8 @@ does:
   ``max_tokens // 2`` would be sent, i.e. after half the tokens.
 * ``hang``: streaming: HTTP 200 headers, then nothing until the client disconnects;
   non-streaming: nothing at all.
-* ``http_429``: HTTP 429 with ``Retry-After: 1`` and a vLLM-shaped JSON error body.
+* ``http_429``: HTTP 429 with ``Retry-After`` (``StandinConfig.retry_after``, 1 s unless set
+  otherwise or off) and a vLLM-shaped JSON error body.
 * ``bad_json`` / ``bad_utf8``: streaming: the middle token chunk's payload is cut short
   (not JSON) / carries a truncated UTF-8 sequence; the rest of the stream is normal.
 * ``no_done``: streaming: every token and the usage chunk, but no ``data: [DONE]``.

@@ -4,6 +4,7 @@ escapes a Locust user, the run goes on, and the summary counts each status."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -77,3 +78,50 @@ def test_a_stream_without_usage_is_a_success_whose_tokens_are_unknown(tmp_path: 
     assert all(len(table["chunk_offsets_s"][k]) == 8 for k in measured)  # chunks timed
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert any("carried no usage chunk" in w for w in summary["warnings"]), summary["warnings"]
+
+
+def _gaps_after_http_errors(table: dict) -> list[float]:
+    """Per user, seconds from the end of each HTTP-error row to that user's next send."""
+    by_user: dict[int, list[tuple[float, float, str]]] = {}
+    for user, sent, e2e, status in zip(table["user_id"], table["send_unix_s"], table["e2e_s"],
+                                       table["status"], strict=True):
+        by_user.setdefault(user, []).append((sent, sent + e2e, status))
+    gaps = []
+    for rows in by_user.values():
+        rows.sort()
+        gaps += [after[0] - before[1] for before, after in itertools.pairwise(rows)
+                 if before[2] == "http_error"]
+    return gaps
+
+
+@pytest.mark.parametrize(("fault", "header", "policy", "waits"), [
+    ("http_429", "1", "honour", True),
+    ("http_503", "1", "honour", True),
+    ("http_503", "none", "honour", False),
+    ("http_429", "1", "ignore", False),
+])
+def test_closed_loop_users_honour_retry_after(tmp_path: Path, fault: str, header: str,
+                                              policy: str, waits: bool) -> None:
+    with standin_server("--ttft", "0.01", "--itl", "0.002", "--default-max-tokens", "8",
+                        "--fault", fault, "--fault-rate", "0.3", "--seed", "3",
+                        "--retry-after", header) as url:
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          "traffic.chat.output_tokens=8", "traffic.chat.turns=1",
+                          "traffic.prefix_cache=keep", "traffic.chat.system_prompt_tokens=20",
+                          f"traffic.retry_after={policy}", "traffic.duration=5s",
+                          "traffic.warmup=0s", "traffic.arrival={kind: closed, users: 4, "
+                          "spawn_rate: 4, think_time: 0s}", "slo={error_rate: \"< 90%\"}"],
+                         tmp_path)
+    # a honoured wait is no client limit (exit 0); without waits the instant 503/429 answers
+    # make the client's ~0.5 ms between requests a few % of the users' time (can be exit 4)
+    assert result.returncode in ((0,) if waits else (0, 4)), result.output
+    table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
+    gaps = _gaps_after_http_errors(table)
+    assert len(gaps) >= 4, Counter(table["status"])
+    errors = [e for e, s in zip(table["error"], table["status"], strict=True)
+              if s == "http_error"]
+    assert all(("(Retry-After: 1)" in e) == (header == "1") for e in errors), errors[:3]
+    if waits:  # every user that was asked to wait 1 s waited it, and no longer than needed
+        assert min(gaps) > 0.95 and max(gaps) < 1.3, sorted(gaps)
+    else:
+        assert max(gaps) < 0.2, sorted(gaps)

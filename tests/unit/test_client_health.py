@@ -100,6 +100,38 @@ def test_achieved_concurrency_and_resend_gaps_of_known_rows() -> None:
     assert open_loop.in_flight.mean == pytest.approx(result.in_flight.mean)
 
 
+def test_a_honoured_retry_after_is_deliberate_idleness() -> None:
+    """Every 5th request is answered 503 with Retry-After: 0.5 s and its user re-sends 0.5 s
+    later: honoured, those waits are chosen (busy share 1, re-send gaps 0); ignored by the
+    users' policy, the same rows show idle users (busy share < 1)."""
+    e2e, think, wait = 0.3, 0.2, 0.5
+    table = closed_loop_rows(users=4, cycles=40, e2e_s=e2e, think_s=think, gap_s=0.0,
+                             failed_every=5)
+    failed = ~np.asarray(table.column("ok"))
+    sends = np.asarray(table.column("send_unix_s")).copy()
+    users = np.asarray(table.column("user_id"))
+    for user in range(4):  # after each failed request, the user's later sends move by 0.5 s
+        mine = np.flatnonzero(users == user)
+        shifts = np.cumsum(np.r_[0, failed[mine][:-1]]) * wait
+        sends[mine] += shifts
+    asked = np.where(failed, wait, np.nan)
+    shifted = (table.set_column(table.schema.get_field_index("send_unix_s"), "send_unix_s",
+                                pa.array(sends))
+               .set_column(table.schema.get_field_index("intended_send_unix_s"),
+                           "intended_send_unix_s", pa.array(sends))
+               .set_column(table.schema.get_field_index("retry_after_s"), "retry_after_s",
+                           pa.array(asked, from_pandas=True)))
+    honoured = achieved_concurrency(shifted, 4, think, closed_loop=True, retry_after_max_s=60)
+    ignored = achieved_concurrency(shifted, 4, think, closed_loop=True)
+    assert honoured is not None and ignored is not None
+    assert honoured.busy_share == pytest.approx(1.0)
+    assert honoured.resend_gap_p99_s == pytest.approx(0.0, abs=1e-6)
+    assert ignored.busy_share < 0.95
+    assert ignored.resend_gap_p99_s == pytest.approx(wait, abs=1e-6)
+    capped = achieved_concurrency(shifted, 4, think, closed_loop=True, retry_after_max_s=0.1)
+    assert capped is not None and capped.resend_gap_p99_s == pytest.approx(wait - 0.1, abs=1e-6)
+
+
 def test_a_ramp_into_the_measured_window_is_not_judged() -> None:
     """Warm-up shorter than the ramp: user 3 starts 2 s into the measured window. Judged from
     its first send on, the users are busy all the time (no gaps); judged from the window's

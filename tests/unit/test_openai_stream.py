@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from vllm_slo.loadtests.openai_stream import interpret, request_body
+from vllm_slo.loadtests.openai_stream import interpret, request_body, retry_after_seconds
 from vllm_slo.servers.http_stream import StreamedResponse
 
 
@@ -156,3 +156,24 @@ def test_every_way_to_fail_has_its_status_word() -> None:
         outcome = interpret(got, "completions", 0.5)
         assert outcome.status == status, (status, outcome)
         assert outcome.ok == (status == "ok")
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
+    now = 1_800_000_000.0  # 2027-01-15 08:00:00 GMT
+    assert retry_after_seconds("3", now) == 3.0
+    assert retry_after_seconds(" 120 ", now) == 120.0
+    assert retry_after_seconds("Fri, 15 Jan 2027 08:00:30 GMT", now) == 30.0
+    assert retry_after_seconds("Fri, 15 Jan 2027 07:59:00 GMT", now) == 0.0  # already past
+    for unreadable in (None, "", "soon", "-1", "1.5", "Fri, 15 Jan 2027 08:00:30"):
+        assert retry_after_seconds(unreadable, now) is None, unreadable
+
+
+def test_an_http_errors_retry_after_reaches_the_outcome() -> None:
+    body = b'{"error": {"message": "slow down", "type": "TooManyRequests", "code": 429}}'
+    limited = StreamedResponse(status=429, body=body, ended_at_s=1.0,
+                               headers={"retry-after": "2"})
+    outcome = interpret(limited, "chat", 0.9)
+    assert (outcome.status, outcome.retry_after_s) == ("http_error", 2.0)
+    assert outcome.error.endswith("(Retry-After: 2)") and "slow down" in outcome.error
+    plain = interpret(StreamedResponse(status=503, body=body, ended_at_s=1.0), "chat", 0.9)
+    assert plain.retry_after_s is None and "Retry-After" not in plain.error
