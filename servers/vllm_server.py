@@ -8,6 +8,7 @@ size, eager mode); they are recorded in the launch plan so reports show exactly 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -38,6 +39,8 @@ _PRIVATE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+PORT_ATTEMPTS = 3  # launches on fresh ports when another process takes the probed one first
+_PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)  # EADDRINUSE, as printed
 _CONFIG_REJECTION = re.compile(
     r"(vllm: error: .*|ValidationError.*|ValueError: .*|TypeError: .*|"
     r"unrecognized arguments: .*|pydantic_core\._pydantic_core\.ValidationError.*)"
@@ -81,6 +84,14 @@ class LaunchPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", f"http://127.0.0.1:{self.port}")
+
+    def on_port(self, port: int) -> LaunchPlan:
+        """The same launch on another port (the suite's own `--port`, the one after `--host`)."""
+        argv = list(self.argv)
+        at = argv.index("--host") + 3
+        assert argv[at - 1] == "--port", argv
+        argv[at] = str(port)
+        return dataclasses.replace(self, argv=tuple(argv), port=port)
 
     def to_dict(self) -> dict[str, Any]:
         return {"argv": list(self.argv), "env_overrides": self.env_overrides,
@@ -166,6 +177,7 @@ class VllmServer:
         self.process: subprocess.Popen | None = None
         self.started_unix_s: float | None = None
         self.ready: ReadyServer | None = None
+        self.ports_taken: list[int] = []  # ports lost to another process before vLLM bound them
 
     @property
     def base_url(self) -> str:
@@ -189,24 +201,57 @@ class VllmServer:
                 "port": self.plan.port}
 
     def start(self) -> ReadyServer:
+        """Start the server and wait until it is ready. Its port is a free one probed just
+        before (`free_loopback_port`: no reservation); should another process bind it first,
+        the server exits "address already in use" and is started again on a new free port, up
+        to PORT_ATTEMPTS times (`ports_taken` lists the lost ports)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            log_offset = self._launch()
+            try:
+                self.ready = wait_until_ready(
+                    self.base_url, self.ready_timeout_s, self.plan.served_model_name,
+                    server_failure=self.failure)
+                return self.ready
+            except ServerError:
+                lost = self.process is not None and self.process.poll() is not None and bool(
+                    _PORT_TAKEN.search(self._log_since(log_offset)))
+                self.stop()
+                if not lost or attempt == PORT_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+            taken, self.plan = self.plan.port, self.plan.on_port(free_loopback_port())
+            self.ports_taken.append(taken)
+            with open(self.log_path, "ab") as log:
+                log.write(f"vllm-slo: port {taken} was taken before vLLM bound it (another "
+                          f"process won the race); starting again on port {self.plan.port}\n"
+                          .encode())
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> int:
+        """Start the process (its own session: its group is stopped as a whole); returns the
+        log's size before this launch wrote to it."""
         env = {**os.environ, **self.plan.env_overrides}
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            offset = log.tell()
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.started_unix_s = time.time()
             self.process = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=self.log_path.parent, start_new_session=True)
+        return offset
+
+    def _log_since(self, offset: int) -> str:
         try:
-            self.ready = wait_until_ready(
-                self.base_url, self.ready_timeout_s, self.plan.served_model_name,
-                server_failure=self.failure)
-        except BaseException:
-            self.stop()
-            raise
-        return self.ready
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def failure(self) -> str | None:
         """None while the server process lives; else why it died, with the log tail.

@@ -202,6 +202,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
             assert ready is not None
             say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
                 f"vLLM {ready.version}")
+            if getattr(server, "ports_taken", None):  # launched again on a fresh port
+                say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
+                    f"process before vLLM bound them; it runs on port {server.plan.port}")
+                provenance["launch"] = {**redact_secrets(server.plan.to_dict()),
+                                        "ports_taken": list(server.ports_taken)}
             provenance.update({"vllm_version": ready.version, "model_id": ready.model_id,
                                "max_model_len": ready.max_model_len,
                                "server_url": server.base_url,

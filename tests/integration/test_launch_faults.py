@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
+import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import REPO, cli_env, run_cli
+from tests.integration.conftest import REPO, cli_env, only_run_dir, run_cli
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.vllm_server import (
+    PORT_ATTEMPTS,
+    VllmServer,
+    plan_launch,
+    process_group_alive,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +72,36 @@ def test_a_server_that_never_becomes_ready(tmp_path: Path) -> None:
 
 
 def test_a_server_whose_port_is_taken(tmp_path: Path) -> None:
+    """Every launch finds its port taken: PORT_ATTEMPTS launches on fresh ports, then the
+    last failure, clearly."""
     result = run_with("port_taken", tmp_path, "server.ready_timeout=30s")
     assert result.returncode == 4, result.output
     assert "vLLM exited with code 1" in result.output
     assert "address already in use" in result.output  # the log tail, in the error itself
+    log = (only_run_dir(tmp_path) / "server.log").read_text()
+    assert log.count("starting again on port") == PORT_ATTEMPTS - 1
+    assert len(set(re.findall(r"--port (\d+)", log))) == PORT_ATTEMPTS
+
+
+def test_a_port_taken_before_vllm_binds_it_is_given_up_for_a_fresh_one(tmp_path: Path) -> None:
+    """The race for real: another process listens on the probed port when the server starts
+    (the stand-in behind vLLM's command line fails to bind: EADDRINUSE); the server is started
+    again on a fresh port, becomes ready there, and stops as a whole."""
+    spec = ServerSpec(model="fake-model", served_model_name="fake-model",
+                      command=[sys.executable, str(REPO / "tests" / "support" / "fake_vllm.py")])
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        plan = plan_launch(spec, "gpu", "fake-model", taken)
+        with VllmServer(plan, tmp_path / "server.log", ready_timeout_s=60) as server:
+            assert server.ports_taken == [taken]
+            assert server.plan.port != taken and f"--port {server.plan.port}" in " ".join(
+                server.plan.argv)
+            with urllib.request.urlopen(f"{server.base_url}/v1/models", timeout=5) as answer:
+                assert b"fake-model" in answer.read()
+            pgid = server.pid
+        assert pgid is not None and not process_group_alive(pgid)
+    log = (tmp_path / "server.log").read_text()
+    assert "address already in use" in log.lower()
+    assert f"port {taken} was taken before vLLM bound it" in log
