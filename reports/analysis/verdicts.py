@@ -67,25 +67,38 @@ class ThresholdTest:
 
 
 def percentile_threshold_test(series_time_ordered: np.ndarray, percentile: float,
-                              comparator: str, threshold: float, confidence: float = 0.95
-                              ) -> ThresholdTest:
+                              comparator: str, threshold: float, confidence: float = 0.95,
+                              observed: Estimate | None = None) -> ThresholdTest:
     """Decide `p{q} <comparator> threshold` by the quantile test (as scipy.stats.quantile_test)
     with the binomial count scaled to the effective sample size of the indicator series
     `x_t < threshold` in time order. It decides from the data around the threshold, so a
     percentile whose point estimate is withheld for lack of tail samples can still clearly
-    pass or fail (e.g. every request far above a threshold)."""
+    pass or fail (e.g. every request far above a threshold).
+
+    `observed`: the run summary's `percentile_estimate` of this percentile, if the caller has
+    it: its effective size is the one at the observed percentile that the test needs
+    (`quantile_effective_size(x, q, np.quantile(x, q))`), reused when it was computed from the
+    same values (the summary drops NaNs, the test every non-finite value: equal counts mean no
+    infinity), so that a series of 250 M gaps is not analysed twice. Same number either way."""
     x = np.asarray(series_time_ordered, dtype=np.float64)
-    x = x[np.isfinite(x)]
+    finite = np.isfinite(x)
+    if not finite.all():
+        x = x[finite]
+    del finite
     n = x.size
     if n == 0:
         return ThresholdTest(None, None, None, 0, 0.0, Verdict.INCONCLUSIVE)
     q = percentile / 100.0
     below = (x <= threshold) if comparator in ("<=", ">") else (x < threshold)
-    fraction = float(below.mean())
+    fraction = float(np.count_nonzero(below)) / n
+    del below
     # the indicator's own autocorrelation, capped by the one at the nearest level with enough
     # exceedances (a constant or nearly constant indicator says nothing about clustering)
-    n_eff = min(quantile_effective_size(x, q, threshold),
-                quantile_effective_size(x, q, float(np.quantile(x, q))))
+    reuse = (observed is not None and observed.value is not None and observed.n == n
+             and 0.0 < q < 1.0)
+    at_percentile = (observed.n_effective if reuse and observed is not None
+                     else quantile_effective_size(x, q, float(np.quantile(x, q))))
+    n_eff = min(quantile_effective_size(x, q, threshold), at_percentile)
     low, high = clopper_pearson_interval(fraction * n_eff, n_eff, confidence)
     if comparator in ("<", "<="):  # holds when more than q of the mass lies below
         verdict = (Verdict.PASS if low > q else Verdict.FAIL if high < q
@@ -119,8 +132,9 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
     for rule in rules:
         observed = observed_for(rule, series, summary, confidence)
         if rule.percentile is not None and rule.metric in summary.metrics:
-            test = percentile_threshold_test(series.latency(rule.metric), rule.percentile,
-                                             rule.comparator, rule.threshold, confidence)
+            test = percentile_threshold_test(
+                series.latency(rule.metric), rule.percentile, rule.comparator, rule.threshold,
+                confidence, summary.metrics[rule.metric].percentiles.get(rule.percentile))
             if test.fraction_below is None:
                 basis = "no samples"
             else:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from vllm_slo.reports.analysis.run_metrics import run_series, summarize
-from vllm_slo.reports.analysis.statistics import Verdict
+from vllm_slo.reports.analysis.statistics import Verdict, percentile_estimate
 from vllm_slo.reports.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
@@ -108,6 +108,28 @@ def test_threshold_test_against_known_binomial_bounds() -> None:
         Verdict.INCONCLUSIVE)
     # ">" mirrors: the median is above 0.01 for sure
     assert percentile_threshold_test(independent, 50.0, ">", 0.01).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("percentile", [50.0, 90.0, 99.0, 99.9])
+@pytest.mark.parametrize("comparator", ["<", "<=", ">", ">="])
+def test_threshold_test_reusing_the_summary_estimate_is_identical(percentile: float,
+                                                                  comparator: str) -> None:
+    """The summary's effective size at the percentile, reused, gives the very same test as
+    computing it again (the verdict stage no longer analyses a long series twice)."""
+    rng = np.random.default_rng(7)
+    clustered = np.repeat(rng.lognormal(-3.0, 0.5, 900), rng.integers(1, 6, 900))
+    threshold = float(np.quantile(clustered, 0.93))
+    observed = percentile_estimate(clustered, percentile)
+    assert percentile_threshold_test(clustered, percentile, comparator, threshold,
+                                     observed=observed) == percentile_threshold_test(
+        clustered, percentile, comparator, threshold)
+    # an infinite value: the summary (NaNs dropped) saw one value more than the test (every
+    # non-finite value dropped), so its effective size is not the test's and is not reused
+    with_inf = np.concatenate([clustered, [np.inf]])
+    stale = percentile_estimate(with_inf, percentile)
+    assert percentile_threshold_test(with_inf, percentile, comparator, threshold,
+                                     observed=stale) == percentile_threshold_test(
+        with_inf, percentile, comparator, threshold)
 
 
 def test_clustered_requests_are_less_decisive_than_independent_ones() -> None:
