@@ -9,10 +9,13 @@ the normal `vllm` package it changes nothing. vLLM is imported only when run as 
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata as metadata
+import json
 import sys
 
 _original_version = metadata.version
+RESULTS_MARK = "vllm-slo-check-results: "  # the line that carries the results (vLLM logs too)
 
 
 def _version(distribution: str) -> str:
@@ -24,8 +27,45 @@ def _version(distribution: str) -> str:
     return _original_version(distribution)
 
 
+CHECK_FLAG = "--check-serve-args"  # see check_serve_args
+
+
+def check_serve_args(requests: list[dict]) -> list[dict]:
+    """`python -m vllm_slo.servers.vllm_cli --check-serve-args` (a JSON list of `{"model": M,
+    "args": [flags...]}` on stdin, a JSON list of results on stdout): each command line parsed by
+    the installed vLLM's own `vllm serve` parser and validated as `vllm serve` does before it
+    starts anything, nothing launched. A result: `{"ok": bool, "error": str | None,
+    "options": [every option string of vllm serve]}`."""
+    import vllm.entrypoints.cli.serve as serve
+
+    class _Rejected(Exception):
+        pass
+
+    def _raise(message: str):
+        raise _Rejected(message)
+
+    results = []
+    for request in requests:
+        root = argparse.ArgumentParser(prog="vllm")
+        parser = serve.cmd_init()[0].subparser_init(root.add_subparsers())
+        options = sorted({flag for action in parser._actions for flag in action.option_strings})
+        parser.error = _raise  # argparse would print and exit
+        try:
+            args = parser.parse_args([request["model"], *request["args"]])
+            serve.ServeSubcommand().validate(args)
+        except (_Rejected, ValueError, TypeError) as exc:
+            results.append({"ok": False, "error": str(exc), "options": options})
+            continue
+        results.append({"ok": True, "error": None, "options": options})
+    return results
+
+
 def main() -> int:
     metadata.version = _version
+    if sys.argv[1:2] == [CHECK_FLAG]:
+        results = check_serve_args(json.loads(sys.stdin.read()))
+        sys.stdout.write("\n" + RESULTS_MARK + json.dumps(results) + "\n")
+        return 0
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv[0] = "vllm"

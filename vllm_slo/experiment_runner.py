@@ -18,11 +18,19 @@ import yaml
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON
-from vllm_slo.runner import Printer, RunOutcome, new_run_dir, run_scenario, run_trial
+from vllm_slo.runner import (
+    Printer,
+    RunOutcome,
+    new_run_dir,
+    platform_of,
+    run_scenario,
+    run_trial,
+)
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
+from vllm_slo.servers.vllm_args import validate_server_args
 
 
 def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
@@ -44,6 +52,9 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
     arms = resolve_variants(scenario)
     if scenario.trials == 1 and list(arms) == [""]:
         return run_scenario(scenario, runs_root, say)
+    # every arm's server args through vLLM's parser before the first trial starts a server
+    validate_server_args([(name, arm.server) for name, arm in arms.items()],
+                         platform_of(scenario.server))
     run_dir = new_run_dir(runs_root, scenario.name)
     (run_dir / SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))

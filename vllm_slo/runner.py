@@ -29,7 +29,7 @@ from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
-from vllm_slo.scenarios.model import Scenario, TrafficSpec
+from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
 from vllm_slo.scenarios.run_files import (
     LOCUST_CONFIG_FILE,
     PLAN_FILE,
@@ -42,6 +42,7 @@ from vllm_slo.scenarios.run_files import (
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.http_stream import HttpStreamClient
 from vllm_slo.servers.metrics_scrape import MetricsRecorder
+from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, launch_vllm
 
 Printer = Callable[[str], None]
@@ -158,7 +159,12 @@ def reset_prefix_cache(base_url: str, api_key: str | None) -> str:
     return f"failed: HTTP {response.status} {response.body[:200]!r}"
 
 
+def platform_of(spec: ServerSpec) -> str:
+    return detect_platform() if spec.platform == "auto" else spec.platform
+
+
 def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+    validate_server_args([("", scenario.server)], platform_of(scenario.server))
     run_dir = new_run_dir(runs_root, scenario.name)
     exit_code, rendered = run_trial(scenario, run_dir, say)
     return RunOutcome(run_dir, exit_code, rendered)
@@ -175,7 +181,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     say(f"run folder: {run_dir}")
     spec, traffic = scenario.server, scenario.traffic
-    platform = detect_platform() if spec.platform == "auto" else spec.platform
+    platform = platform_of(spec)
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
                                  "interrupted": False, "aborted": None, "warnings": []}

@@ -7,8 +7,8 @@ and the Locust users share lives there); `servers` never imports `loadtests`; `r
 only `scenarios`; inside `reports`, `analysis` never imports `render`. Every import of the
 suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
 module), and only the locustfiles (and the greenlets they run: the self-monitor,
-loadtests/client_monitor.py, and the reader pump, loadtests/reader_pump.py) import locust or
-gevent. Checked statically on the source.
+loadtests/client_monitor.py, and the reader pump, loadtests/reader_pump.py; and
+loadtests/locust_quirks.py, which the locustfile installs) import locust or gevent. Checked statically on the source.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "scenarios": {"scenarios"},
 }
 LOCUST_NAMES = ("locust", "gevent")
-# greenlets the locustfiles run: the self-monitor and the reader pump
-LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py")
+# greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
+# for Locust itself (installed by the locustfile)
+LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py", "locust_quirks.py")
 
 
 @dataclass(frozen=True)

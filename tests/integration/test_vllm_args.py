@@ -1,0 +1,39 @@
+"""`server.args` checked by the installed vLLM's own `vllm serve` parser (real vLLM CPU build)
+before anything starts: an unknown flag names its dotted key and vLLM's closest flags, a wrong
+value names key and value; in an experiment every variant is checked before the first trial.
+Each test checks with an empty cache (VLLM_SLO_CACHE of its own), so vLLM really parses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import cli_env, requires_vllm, run_cli
+
+pytestmark = [pytest.mark.integration, requires_vllm]
+
+
+def test_an_unknown_flag_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    result = run_cli(["run", "scenario=chat", "server.args.max-num-seqz=16"], tmp_path / "runs",
+                     env={**cli_env(), "VLLM_SLO_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2, result.output
+    assert ("server.args.max-num-seqz: vLLM's `vllm serve` has no flag --max-num-seqz; "
+            "did you mean max-num-seqs") in result.output
+    assert "nothing was started" in result.output
+    assert result.run_dir is None  # no run folder, no server log: nothing was launched
+    assert not (tmp_path / "cache" / "models").exists()  # not even the tiny model was made
+    # the flags this vLLM knows are kept: the next typo is refused without parsing again
+    assert list((tmp_path / "cache" / "vllm-args").glob("*/options.json"))
+
+
+def test_a_variants_bad_value_is_refused_before_the_first_trial(tmp_path: Path) -> None:
+    result = run_cli(["run", "scenario=chat", "trials=2",
+                      "variants={a: {}, b: {server: {args: {max-num-seqs: lots}}}}"],
+                     tmp_path / "runs",
+                     env={**cli_env(), "VLLM_SLO_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2, result.output
+    assert ("variant b: server.args.max-num-seqs = 'lots': vLLM rejects it: argument "
+            "--max-num-seqs: invalid int value: 'lots'") in result.output
+    assert "variant a" not in result.output  # the good arm passed
+    assert result.run_dir is None and "=== trial" not in result.output
