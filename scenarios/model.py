@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
 from vllm_slo.scenarios.slo import (
     LATENCY_METRICS,
     SloRule,
@@ -56,6 +57,9 @@ class ServerSpec(Frozen):
     args: Annotated[dict[str, EngineArgValue], AfterValidator(_check_flag_name)] = Field(
         default_factory=dict, description="`vllm serve` flags, verbatim (true/false -> --x/--no-x)"
     )
+    config: str | None = Field(
+        None, description="a named server config (servers/configs/NAME.yaml) or a path to a "
+        "YAML file in vLLM's --config format; `args` override its keys")
     env: dict[str, str] = Field(default_factory=dict)
     command: list[str] | None = Field(
         None,
@@ -67,6 +71,23 @@ class ServerSpec(Frozen):
     instance: str | None = Field(
         None, description="a label for the server instance (attach mode: which running server, "
                           "e.g. on-instance-1); recorded per trial in provenance.json")
+
+    @field_validator("config")
+    @classmethod
+    def _config_is_readable(cls, reference: str | None) -> str | None:
+        """A config file must exist and hold flags; a path is kept absolute (the run folder's
+        copy of the scenario must find it from anywhere)."""
+        if reference is None:
+            return None
+        _check_flag_name(read_server_config(reference))
+        path = config_path(reference)
+        return reference if path.parent == CONFIG_DIR else str(path)
+
+    @property
+    def engine_args(self) -> dict[str, EngineArgValue]:
+        """The `vllm serve` flags: the config file's, overridden by `args`."""
+        file_flags = read_server_config(self.config) if self.config is not None else {}
+        return {**file_flags, **self.args}
 
     @model_validator(mode="after")
     def _url_is_http(self) -> ServerSpec:

@@ -184,7 +184,7 @@ def validate_server_args(specs: Sequence[tuple[str, ServerSpec]], platform: str)
     for (label, spec), check in zip(checked, check_serve_args(requests), strict=True):
         if not check.ok:
             where = f"variant {label}: " if label else ""
-            problems.append(where + rejection_message(dict(spec.args), check))
+            problems.append(where + rejection_message(spec.engine_args, check))
     if problems:
         raise ServerConfigError("\n".join(problems) + "\n(checked with the installed vLLM's "
                                 "own `vllm serve` parser; nothing was started)")

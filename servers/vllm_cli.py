@@ -9,7 +9,6 @@ the normal `vllm` package it changes nothing. vLLM is imported only when run as 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as metadata
 import json
 import sys
@@ -38,6 +37,11 @@ def check_serve_args(requests: list[dict]) -> list[dict]:
     "options": [every option string of vllm serve]}`."""
     import vllm.entrypoints.cli.serve as serve
 
+    try:  # vLLM's parser class (underscores for dashes, --config files, dotted JSON keys)
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # before vLLM 0.11
+        from vllm.utils import FlexibleArgumentParser
+
     class _Rejected(Exception):
         pass
 
@@ -46,7 +50,7 @@ def check_serve_args(requests: list[dict]) -> list[dict]:
 
     results = []
     for request in requests:
-        root = argparse.ArgumentParser(prog="vllm")
+        root = FlexibleArgumentParser(prog="vllm")  # its subparsers are of its class
         parser = serve.cmd_init()[0].subparser_init(root.add_subparsers())
         options = sorted({flag for action in parser._actions for flag in action.option_strings})
         parser.error = _raise  # argparse would print and exit

@@ -103,7 +103,7 @@ class LaunchPlan:
 def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
                 suite_env: dict[str, str] | None = None) -> LaunchPlan:
     """Pure: the `vllm serve` command line for a server spec on a platform."""
-    args = dict(spec.args)
+    args = dict(spec.engine_args)
     for reserved in ("host", "port", "served-model-name", "model"):
         if reserved in args:
             raise ScenarioError(

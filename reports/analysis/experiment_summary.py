@@ -392,7 +392,8 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
             invalid.append(f"variant {group.label}: no valid trial")
         slos = ([slo_across_trials(group, rule) for rule in arm.slo.rules()]
                 if group.valid_trials else [])
-        variants.append(_variant(group, cells, "name", slos, redact_secrets(arm.server.args)))
+        variants.append(_variant(group, cells, "name", slos,
+                                 redact_secrets(arm.server.engine_args)))
         warnings += _excluded_warning(variants[-1])
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
     warnings += compared.reach_warnings

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import cli_env, requires_vllm, run_cli
+from vllm_slo.scenarios.server_configs import config_path, known_configs, read_server_config
+from vllm_slo.servers.vllm_args import check_serve_args
+from vllm_slo.servers.vllm_server import engine_args_to_argv
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
@@ -37,3 +40,18 @@ def test_a_variants_bad_value_is_refused_before_the_first_trial(tmp_path: Path) 
             "--max-num-seqs: invalid int value: 'lots'") in result.output
     assert "variant a" not in result.output  # the good arm passed
     assert result.run_dir is None and "=== trial" not in result.output
+
+
+def test_every_named_server_config_is_a_vllm_config_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file under servers/configs runs with plain `vllm serve MODEL --config FILE`: vLLM's
+    own parser reads it (its --config expansion), and the flags the suite passes for it
+    (`server.config: NAME`) are accepted too."""
+    monkeypatch.setenv("VLLM_SLO_CACHE", str(tmp_path))
+    names = known_configs()
+    assert {"chunked-prefill-2k", "chunked-prefill-8k", "no-chunked-prefill", "eager",
+            "no-prefix-caching"} <= set(names)
+    as_files = [("tiny", ["--config", str(config_path(name))]) for name in names]
+    as_flags = [("tiny", engine_args_to_argv(read_server_config(name))) for name in names]
+    results = check_serve_args(as_files + as_flags)
+    assert [(r.ok, r.error) for r in results] == [(True, None)] * len(results)

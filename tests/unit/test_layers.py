@@ -8,7 +8,8 @@ only `scenarios`; inside `reports`, `analysis` never imports `render`. Every imp
 suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
 module), and only the locustfiles (and the greenlets they run: the self-monitor,
 loadtests/client_monitor.py, and the reader pump, loadtests/reader_pump.py; and
-loadtests/locust_quirks.py, which the locustfile installs) import locust or gevent. Checked statically on the source.
+loadtests/locust_quirks.py, which the locustfile installs) import locust or gevent.
+Checked statically on the source.
 """
 
 from __future__ import annotations

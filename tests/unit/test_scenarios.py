@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
-from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
+from vllm_slo.scenarios.loader import load_scenario, resolve_variants, shipped_scenarios
 from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.servers.vllm_server import engine_args_to_argv, plan_launch
 
@@ -123,3 +123,57 @@ def test_cpu_platform_adds_defaults_and_rejects_bad_block_sizes() -> None:
 def test_attach_url_must_be_http() -> None:
     message = str(_error("chat", ["server.url=localhost:8000"]))
     assert "server" in message and "http://" in message
+
+
+def test_a_named_server_config_gives_flags_that_args_override() -> None:
+    scenario, _ = load_scenario("chat", ["server.config=chunked-prefill-8k",
+                                         "server.args.max-num-batched-tokens=4096"])
+    spec = scenario.server
+    assert spec.config == "chunked-prefill-8k"
+    assert spec.engine_args["enable-chunked-prefill"] is True
+    assert spec.engine_args["max-num-batched-tokens"] == 4096  # the scenario's own arg wins
+    argv = plan_launch(spec, "gpu", "/m", 8000).argv
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "4096"
+    plain, _ = load_scenario("chat", ["server.config=chunked-prefill-2k", "server.args={}"])
+    assert plain.server.engine_args == {"enable-chunked-prefill": True,
+                                        "max-num-batched-tokens": 2048}
+
+
+def test_variants_pick_their_own_configs() -> None:
+    scenario, _ = load_scenario("chat", [
+        "server.args={block-size: 32}",
+        "variants={small: {server: {config: chunked-prefill-2k}}, "
+        "large: {server: {config: chunked-prefill-8k}}}"])
+    arms = resolve_variants(scenario)
+    assert arms["small"].server.engine_args == {
+        "enable-chunked-prefill": True, "max-num-batched-tokens": 2048, "block-size": 32}
+    assert arms["large"].server.engine_args["max-num-batched-tokens"] == 8192
+
+
+def test_a_bad_server_config_is_refused_with_the_file_and_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError) as missing:
+        load_scenario("chat", ["server.config=chunked-prefil-8k"])
+    assert "server.config" in str(missing.value)
+    assert "no server config 'chunked-prefil-8k'" in str(missing.value)
+    assert "chunked-prefill-8k" in str(missing.value)  # the named configs are listed
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- max-num-seqs\n- 16\n")
+    reserved = tmp_path / "reserved.yaml"
+    reserved.write_text("port: 9000\nmax-num-seqs: 16\n")
+    dashed = tmp_path / "dashed.yaml"
+    dashed.write_text("--max-num-seqs: 16\n")
+    for path, words in ((listing, "expected a mapping of vllm serve flag names"),
+                        (reserved, "'port' is set by the suite"),
+                        (dashed, "flag names without leading dashes")):
+        with pytest.raises(ScenarioError) as bad:
+            load_scenario("chat", [f"server.config={path}"])
+        assert str(path) in str(bad.value) or words in str(bad.value), bad.value
+        assert words in str(bad.value), bad.value
+
+
+def test_a_config_path_is_kept_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mine.yaml").write_text("max_num_seqs: 8\n")  # underscores, as vLLM allows
+    monkeypatch.chdir(tmp_path)
+    scenario, _ = load_scenario("chat", ["server.config=./mine.yaml"])
+    assert scenario.server.config == str(tmp_path / "mine.yaml")
+    assert scenario.server.engine_args["max-num-seqs"] == 8
