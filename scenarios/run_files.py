@@ -7,6 +7,7 @@ LOCUST_CONFIG_FILE = "locust_config.json"  # what the Locust processes read at s
 SERVER_LOG_FILE = "server.log"
 LOCUST_LOG_FILE = "locust.log"
 SERVER_METRICS_FILE = "server_metrics.jsonl"  # /metrics scrapes, one JSON line each
+SERVER_FACTS_FILE = "server_facts.json"  # KV cache, resolved config: the server's own words
 SUMMARY_FILE = "summary.json"
 JUNIT_FILE = "junit.xml"  # one testcase per SLO (reports/junit.py)
 SUMMARY_MD_FILE = "summary.md"  # short Markdown digest (reports/markdown.py)

@@ -25,6 +25,7 @@ from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerEr
 from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
+from vllm_slo.servers.server_facts import diagnose_start_failure
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
 
 VLLM_CLI_MODULE = "vllm_slo.servers.vllm_cli"  # vLLM's own CLI, with the CPU wheel's fix
@@ -178,6 +179,7 @@ class VllmServer:
         self.started_unix_s: float | None = None
         self.ready: ReadyServer | None = None
         self.ports_taken: list[int] = []  # ports lost to another process before vLLM bound them
+        self._log_offset = 0  # where the current launch's lines start in the log
 
     @property
     def base_url(self) -> str:
@@ -236,7 +238,7 @@ class VllmServer:
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            offset = log.tell()
+            offset = self._log_offset = log.tell()
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.started_unix_s = time.time()
@@ -254,17 +256,22 @@ class VllmServer:
             return ""
 
     def failure(self) -> str | None:
-        """None while the server process lives; else why it died, with the log tail.
-        A launch rejected by vLLM's argument/config validation raises ServerConfigError."""
+        """None while the server process lives; else why it died: a diagnosis with its remedy
+        when the log shows a known start-up failure (servers/server_facts.py), and the log
+        tail. A launch rejected by vLLM's argument/config validation (anywhere in this launch's
+        log: the root cause sits above the tracebacks) raises ServerConfigError."""
         if self.process is None or self.process.poll() is None:
             return None
         tail = self.log_tail()
-        rejection = _CONFIG_REJECTION.findall(tail)
+        launch_log = self._log_since(self._log_offset)
+        diagnosis = diagnose_start_failure(launch_log) if self.ready is None else None
+        said = f"{diagnosis}\n" if diagnosis else ""
+        rejection = _CONFIG_REJECTION.findall(launch_log)
         if rejection and self.ready is None:
             raise ServerConfigError(
                 f"vLLM rejected the server configuration (exit {self.process.returncode}): "
-                f"{rejection[-1].strip()}\nlog: {self.log_path}\n{tail}")
-        return (f"vLLM exited with code {self.process.returncode}; "
+                f"{rejection[-1].strip()[:500]}\n{said}log: {self.log_path}\n{tail}")
+        return (f"vLLM exited with code {self.process.returncode}; {said}"
                 f"log: {self.log_path}; last lines:\n{tail}")
 
     def log_tail(self, lines: int = 30) -> str:

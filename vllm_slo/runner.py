@@ -35,15 +35,17 @@ from vllm_slo.scenarios.run_files import (
     PLAN_FILE,
     PROVENANCE_FILE,
     SCENARIO_FILE,
+    SERVER_FACTS_FILE,
     SERVER_LOG_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
 )
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.http_stream import HttpStreamClient
-from vllm_slo.servers.metrics_scrape import MetricsRecorder
+from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
+from vllm_slo.servers.server_facts import describe, server_facts
 from vllm_slo.servers.vllm_args import validate_server_args
-from vllm_slo.servers.vllm_server import AttachedServer, launch_vllm
+from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
 
 Printer = Callable[[str], None]
 # a source checkout (git) when the suite runs from one; an installed wheel has no commit
@@ -159,6 +161,16 @@ def reset_prefix_cache(base_url: str, api_key: str | None) -> str:
     return f"failed: HTTP {response.status} {response.body[:200]!r}"
 
 
+def _launch_log(server: VllmServer | AttachedServer) -> str:
+    """The launched server's log ("" when attached)."""
+    if not isinstance(server, VllmServer):
+        return ""
+    try:
+        return server.log_path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def platform_of(spec: ServerSpec) -> str:
     return detect_platform() if spec.platform == "auto" else spec.platform
 
@@ -242,6 +254,10 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                 "model_id": ready.model_id, "api_key_env": spec.api_key_env,
                 "process_count": workers}))
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
+            facts = server_facts(_launch_log(server), scrape(server.base_url))
+            (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))
+            if describe(facts):
+                say(describe(facts))
 
             def show(elapsed_s: float, planned_s: float) -> None:
                 line = progress_line(run_dir, elapsed_s, planned_s)

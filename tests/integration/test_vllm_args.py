@@ -55,3 +55,16 @@ def test_every_named_server_config_is_a_vllm_config_file(tmp_path: Path,
     as_flags = [("tiny", engine_args_to_argv(read_server_config(name))) for name in names]
     results = check_serve_args(as_files + as_flags)
     assert [(r.ok, r.error) for r in results] == [(True, None)] * len(results)
+
+
+def test_a_kv_cache_too_small_for_max_model_len_is_diagnosed(tmp_path: Path) -> None:
+    """A configuration vLLM's parser accepts but its engine refuses at start-up (4 MiB of KV
+    cache cannot hold one 2,048-token request): exit 2, vLLM's root cause (found above the
+    tracebacks, not in the log's tail) and the remedy."""
+    result = run_cli(["run", "scenario=chat", "server.args.kv-cache-memory-bytes=4M"],
+                     tmp_path / "runs")
+    assert result.returncode == 2, result.output
+    assert "vLLM rejected the server configuration" in result.output
+    assert "To serve at least one request with the model's max seq len (2048)" in result.output
+    assert ("Diagnosis: the KV cache is too small for one request of max-model-len tokens. "
+            "Remedy: lower server.args.max-model-len") in result.output

@@ -119,3 +119,18 @@ def test_report_rerenders_from_the_folder_alone(chat_run, tmp_path: Path) -> Non
     assert rerun.returncode == 1, rerun.output
     assert (chat_run.run_dir / "report.html").stat().st_size > 100_000
     assert chat_run.json("summary.json")["metrics"] == summary_before["metrics"]
+
+
+def test_server_facts_are_the_servers_own(chat_run) -> None:
+    """server_facts.json: what vLLM said of itself at start-up (log) and in /metrics
+    (cache_config_info), consistent with the scenario's args and with each other."""
+    facts = chat_run.json("server_facts.json")
+    assert facts["block_size"] == 128  # scenarios/chat.yaml
+    assert facts["max_seq_len"] == 2048
+    assert facts["enable_chunked_prefill"] is True and facts["enforce_eager"] is True
+    assert facts["kv_cache_device"] == "CPU" and facts["kv_cache_tokens"] > 0
+    assert facts["kv_cache_blocks"] * facts["block_size"] == facts["kv_cache_tokens"]
+    # 1 GiB of KV cache (the CPU default the suite adds) over 2,048-token requests
+    assert facts["max_concurrency"] == pytest.approx(facts["kv_cache_tokens"] / 2048)
+    assert facts["non_default_args"]["max_num_batched_tokens"] == 2048
+    assert "server facts: CPU KV cache" in chat_run.output
