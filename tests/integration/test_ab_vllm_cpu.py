@@ -15,7 +15,9 @@ from tests.integration.conftest import requires_vllm, run_cli
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
-TRIALS = 5  # 5 vs 5 with 3 cells: smallest Holm-adjusted p = 3 × 0.0079 = 0.024 < 0.05
+# 4 vs 4 on one cell: smallest Mann-Whitney p = 2/70 = 0.029 < 0.05 (8 vLLM starts; 5 vs 5
+# on 3 cells, 10 starts, was cut for CI time)
+TRIALS = 4
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory):
         "traffic.duration=5s", "traffic.warmup=3s", "traffic.arrival.users=12",
         "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
         "traffic.chat.turns=1", "traffic.chat.output_tokens=16",
-        "compare.cells=[ttft.p50, e2e.p50, output_throughput.mean]",
+        "compare.cells=[ttft.p50]",
         "slo={ttft: [\"p50 < 60s\"]}"], runs, timeout_s=1800)
 
 
@@ -68,7 +70,7 @@ def test_report_and_text(experiment, tmp_path: Path) -> None:
 
 
 def test_verdicts_rest_on_the_between_trial_distribution(experiment) -> None:
-    """Each variant ran on 5 fresh vLLM instances: each trial's own verdict covers its
+    """Each variant ran on TRIALS fresh vLLM instances: each trial's own verdict covers its
     instance only (within-instance), while the experiment's verdict is decided from the
     per-trial values (between-trials): their geometric mean with a t interval on the logs."""
     import math
