@@ -46,10 +46,9 @@ class ArgsCheck:
 
 
 def flag_key(flag: str) -> str:
-    """`--no-enable-chunked-prefill` / `--max_num_seqs` -> the server.args key they came from
-    (the suite writes `--no-NAME` for NAME: false)."""
-    name = flag.lstrip("-").split("=", 1)[0].replace("_", "-")
-    return name
+    """`--max_num_seqs=8` -> `max-num-seqs` (dashes, no value); a `--no-NAME` keeps its `no-`
+    (the caller knows whether NAME: false wrote it)."""
+    return flag.lstrip("-").split("=", 1)[0].replace("_", "-")
 
 
 def rejection_message(args: dict[str, Any], check: ArgsCheck) -> str:
