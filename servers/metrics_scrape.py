@@ -50,11 +50,15 @@ class MetricsRecorder:
         self.base_url = base_url
         self.path = path
         self.interval_s = interval_s
+        self.first_values: dict[str, float] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="metrics-recorder", daemon=True)
 
     def start(self) -> MetricsRecorder:
-        self._write(scrape(self.base_url))
+        """Scrape once now (kept as `first_values`: what the server exports at the start) and
+        then every interval in the background."""
+        self.first_values = scrape(self.base_url)
+        self._write(self.first_values)
         self._thread.start()
         return self
 

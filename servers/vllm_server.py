@@ -208,7 +208,7 @@ class VllmServer:
         the server exits "address already in use" and is started again on a new free port, up
         to PORT_ATTEMPTS times (`ports_taken` lists the lost ports)."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            log_offset = self._launch()
+            self._launch()
             try:
                 self.ready = wait_until_ready(
                     self.base_url, self.ready_timeout_s, self.plan.served_model_name,
@@ -216,7 +216,7 @@ class VllmServer:
                 return self.ready
             except ServerError:
                 lost = self.process is not None and self.process.poll() is not None and bool(
-                    _PORT_TAKEN.search(self._log_since(log_offset)))
+                    _PORT_TAKEN.search(self._log_since(self._log_offset)))
                 self.stop()
                 if not lost or attempt == PORT_ATTEMPTS:
                     raise
@@ -231,21 +231,20 @@ class VllmServer:
                           .encode())
         raise AssertionError("unreachable")
 
-    def _launch(self) -> int:
-        """Start the process (its own session: its group is stopped as a whole); returns the
-        log's size before this launch wrote to it."""
+    def _launch(self) -> None:
+        """Start the process (its own session: its group is stopped as a whole), noting where
+        its lines start in the log (`_log_offset`)."""
         env = {**os.environ, **self.plan.env_overrides}
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            offset = self._log_offset = log.tell()
+            self._log_offset = log.tell()
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.started_unix_s = time.time()
             self.process = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=self.log_path.parent, start_new_session=True)
-        return offset
 
     def _log_since(self, offset: int) -> str:
         try:

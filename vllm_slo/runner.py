@@ -42,7 +42,7 @@ from vllm_slo.scenarios.run_files import (
 )
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.http_stream import HttpStreamClient
-from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
+from vllm_slo.servers.metrics_scrape import MetricsRecorder
 from vllm_slo.servers.server_facts import describe, server_facts
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
@@ -254,7 +254,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print
                 "model_id": ready.model_id, "api_key_env": spec.api_key_env,
                 "process_count": workers}))
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
-            facts = server_facts(_launch_log(server), scrape(server.base_url))
+            facts = server_facts(_launch_log(server), recorder.first_values)
             (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))
             if describe(facts):
                 say(describe(facts))
