@@ -74,6 +74,7 @@ class Cell:
     delivery_ms: tuple[float, float] = (float("nan"), float("nan"))
     requests: int = 0
     failed: int = 0
+    traffic_start_s: float | None = None  # stand-in clock: the window starts warm-up later
     notes: list[str] = field(default_factory=list)
 
 
@@ -280,13 +281,27 @@ def quantiles_ms(values: list[float] | np.ndarray) -> tuple[float, float]:
     return float(p50), float(p99)
 
 
+def traffic_start_s(receipts: list[float], concurrency: int) -> float:
+    """When the load began: the first receipt from which half the C streams arrived within
+    a second. Not the first receipt: a client's lone probe (the suite's readiness request,
+    vllm bench's single test prompt) comes seconds before its traffic, and more so with more
+    worker processes to start."""
+    ordered = np.sort(np.asarray(receipts, dtype=float))
+    wave = max(1, min(concurrency // 2, ordered.size - 1))
+    for k in range(ordered.size - wave):
+        if ordered[k + wave] - ordered[k] < 1.0:
+            return float(ordered[k])
+    return float(ordered[0])
+
+
 def analyse(cell: Cell, args: argparse.Namespace, records: list[dict],
             requests: list[ClientRequest]) -> None:
     streams = [r for r in records if r["content_chunk_s"]]
     if not streams:
         cell.notes.append("the stand-in served nothing")
         return
-    t0 = min(r["receipt_s"] for r in streams)
+    t0 = cell.traffic_start_s = traffic_start_s([r["receipt_s"] for r in streams],
+                                                cell.concurrency)
     lo, hi = t0 + args.warmup, t0 + args.warmup + args.duration
     ideal = cell.concurrency / args.itl * (hi - lo)  # C streams x 1/ITL tokens per second
     emitted = sum(int(((np.asarray(r["content_chunk_s"]) >= lo) &
@@ -371,8 +386,8 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
                 "vllm-bench": lambda: bench_requests(folder)}[client]()
     records = [r for path in record_paths for r in read_records(path)]
     analyse(cell, args, records, requests)
-    if records:
-        t0 = min(r["receipt_s"] for r in records)
+    if records and cell.traffic_start_s is not None:
+        t0 = cell.traffic_start_s
         cell.cpu_mean, cell.cpu_max = sampler.in_window(t0 + args.warmup,
                                                         t0 + args.warmup + args.duration)
     return cell
@@ -443,10 +458,11 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(cell)
             print(table([cell], args).splitlines()[-1] if not cell.notes else
                   table([cell], args), flush=True)
+            if args.json:  # after every cell: a run cut short keeps what it measured
+                args.json.write_text(json.dumps([c.__dict__ for c in cells], indent=2,
+                                                default=str))
     print()
     print(table(cells, args))
-    if args.json:
-        args.json.write_text(json.dumps([c.__dict__ for c in cells], indent=2, default=str))
     return 0
 
 

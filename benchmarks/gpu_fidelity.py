@@ -17,9 +17,11 @@ count drains). The suite runs with its defaults (`traffic.workers: auto`).
         --tokenizer /tmp/model --concurrency 64 256 --rounds 3 \
         --bench-command "python3 -m vllm.entrypoints.cli.main"
 
-Checks printed at the end (issue 14, item 5): suite in flight >= 99% of C; suite ITL p99 <=
-1.05 x bench's; suite TTFT p99 <= bench's; suite throughput within 3% of bench's (medians over
-rounds).
+Rounds are ABBA: odd rounds run the suite first, even rounds vllm bench first, so a server
+whose speed drifts during the session favours neither client (`--warm-server` adds a discarded
+suite run before round 1). Checks printed at the end (issue 14, item 5): suite in flight
+>= 99% of C; suite ITL p99 <= 1.05 x bench's; suite TTFT p99 <= bench's; suite throughput
+within 3% of bench's (medians over rounds).
 """
 
 from __future__ import annotations
@@ -144,8 +146,9 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path,
                "scenario=long-doc", f"server.url={args.url}",
                f"server.served_model_name={args.model}", "traffic.endpoint=completions",
                f"traffic.tokenizer={args.tokenizer}", "traffic.prefix_cache=keep",
-               "traffic.arrival.kind=closed", f"traffic.arrival.users={concurrency}",
-               f"traffic.arrival.spawn_rate={concurrency}", "traffic.arrival.think_time=0s",
+               # the whole arrival mapping: long-doc's own is open loop (a rate)
+               f"traffic.arrival={{kind: closed, users: {concurrency}, "
+               f"spawn_rate: {concurrency}, think_time: 0s}}",
                f"traffic.duration={args.duration}s", f"traffic.warmup={args.warmup}s",
                f"traffic.long-doc.min_doc_tokens={doc_tokens}",
                f"traffic.long-doc.max_doc_tokens={doc_tokens}",
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sequence", nargs="+", default=None,
                         help="diagnostic: run these steps in order at the first concurrency, "
                         "e.g. suite:14 bench suite:4 (suite:N = traffic.workers N)")
+    parser.add_argument("--warm-server", action="store_true",
+                        help="one discarded suite run at each concurrency before round 1")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -257,17 +262,29 @@ def main(argv: list[str] | None = None) -> int:
         print(table(results))
         return 0
     for c in args.concurrency:
-        prompts = 0
+        prompts, dataset = 0, None
+        if args.warm_server:  # a discarded suite run: the server's first minute is slower
+            run_suite(args, c, args.out)
         for rnd in range(1, args.rounds + 1):
-            run_dir = run_suite(args, c, args.out)
-            suite = suite_measured(c, rnd, run_dir)
-            if not prompts:  # as many as the suite sent in the same time
-                prompts = int(suite.requests * (args.warmup + args.duration + 2)
-                              / max(suite.window_s, 1e-9))
-            path = run_bench(args, c, prompts, args.out, export_prompts(run_dir, args.out))
-            bench = bench_measured(args, c, rnd, path)
-            results += [suite, bench]
-            print(table([suite, bench]).splitlines()[-2:], flush=True)
+            # ABBA: the client that goes first alternates, so a server that speeds up (or
+            # slows down) over the session favours neither; bench replays round 1's prompts
+            pair_results: list[Measured] = []
+            for client in (("suite", "bench") if rnd % 2 else ("bench", "suite")):
+                if client == "suite":
+                    run_dir = run_suite(args, c, args.out)
+                    suite = suite_measured(c, rnd, run_dir)
+                    if not prompts:  # as many as the suite sent in the same time
+                        prompts = int(suite.requests * (args.warmup + args.duration + 2)
+                                      / max(suite.window_s, 1e-9))
+                        dataset = export_prompts(run_dir, args.out)
+                    pair_results.append(suite)
+                else:
+                    assert dataset is not None
+                    pair_results.append(bench_measured(
+                        args, c, rnd, run_bench(args, c, prompts, args.out, dataset)))
+            results += pair_results
+            print(table(pair_results).splitlines()[-2:], flush=True)
+            (args.out / "fidelity.md").write_text(table(results) + "\n")
     report = table(results) + "\n" + checks(results)
     print(report)
     (args.out / "fidelity.md").write_text(f"host: {os.cpu_count()} cores\n\n{report}\n")
