@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Fidelity on a real server: the suite and `vllm bench serve`, alternated on one running vLLM
 server with matched traffic — the very same prompts (the suite's long-doc plan, ~512 tokens,
-handed to vllm bench as a `custom` data set), 128 output tokens with ignore_eos, the completions
-endpoint, a closed loop of C streams — and both measured the same way from their per-request
-records:
+handed to vllm bench as a `custom` data set), 128 output tokens with ignore_eos, the same
+sampling temperature (`--temperature`, greedy by default), the completions endpoint, a closed
+loop of C streams — and both measured the same way from their per-request records:
 
 - mean requests in flight (time-weighted over the steady window) against C;
 - TTFT p50 / p99 and ITL p50 / p99 of the requests sent in the window;
@@ -103,6 +103,10 @@ def run_bench(args: argparse.Namespace, concurrency: int, prompts: int, out: Pat
                "--dataset-path", str(dataset), "--skip-chat-template", "--custom-output-len",
                str(args.output_len), "--num-prompts", str(prompts), "--max-concurrency",
                str(concurrency), "--request-rate", "inf", "--ignore-eos", "--seed", "0",
+               # bench sends no temperature unless told (the server's default, 1.0, samples);
+               # the suite sends its own: greedy and sampled streams differ in chunks per
+               # token (measured on the H200: 0.856 greedy, 0.914 sampled) and so in ITL
+               "--temperature", f"{args.temperature:g}",
                "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
                "--result-filename", result.name]
     with open(out / "bench.log", "a") as log:
@@ -153,6 +157,7 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path,
                f"traffic.long-doc.min_doc_tokens={doc_tokens}",
                f"traffic.long-doc.max_doc_tokens={doc_tokens}",
                f"traffic.long-doc.output_tokens={args.output_len}", f"traffic.workers={workers}",
+               f"traffic.temperature={args.temperature:g}",
                "slo={}"]
     with open(out / "suite.log", "a") as log:
         # in the output folder: `-m` puts the cwd first on sys.path, and a checkout's
@@ -232,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sampling temperature both clients send (default 0: greedy, the "
+                        "suite's default)")
     parser.add_argument("--bench-command", default="python3 -m vllm.entrypoints.cli.main")
     parser.add_argument("--out", type=Path, default=Path("runs/gpu-fidelity"))
     parser.add_argument("--sequence", nargs="+", default=None,

@@ -52,6 +52,10 @@ def parse_args() -> argparse.Namespace:
                         "of the duration, at least 20 s, at most 120 s)")
     p.add_argument("--sample-every", type=float, default=5.0, help="RSS sampling period, s")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: a temporary folder")
+    p.add_argument("--tracemalloc", type=Path, default=None,
+                   help="FILE: Locust writes where its Python memory grew to FILE.<pid> "
+                        "(loadtests/memory_trace.py; slows the client, so RSS is not "
+                        "comparable with a run without it)")
     return p.parse_args()
 
 
@@ -81,6 +85,9 @@ def main() -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     record = runs_dir / "standin-served.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if args.tracemalloc:
+        env["VLLM_SLO_TRACEMALLOC"] = str(args.tracemalloc.resolve())
+        env["VLLM_SLO_TRACEMALLOC_AFTER_S"] = str(warmup_s)
     standin = subprocess.Popen(
         [sys.executable, "-m", "vllm_slo.servers.standin", "--port", "0", "--ttft",
          str(args.ttft), "--itl", str(args.itl), "--record", str(record)],

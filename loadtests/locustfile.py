@@ -35,7 +35,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
-from vllm_slo.loadtests import locust_quirks
+from vllm_slo.loadtests import locust_quirks, memory_trace
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
@@ -227,6 +227,7 @@ def _configure(environment, **_kwargs) -> None:
 def _started(environment, **_kwargs) -> None:
     if not isinstance(environment.runner, MasterRunner):
         RUN.start()
+        memory_trace.start_if_asked()  # a soak's diagnostic; nothing unless asked
 
 
 @events.quitting.add_listener

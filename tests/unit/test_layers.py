@@ -31,7 +31,8 @@ ALLOWED: dict[str, set[str]] = {
 LOCUST_NAMES = ("locust", "gevent")
 # greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
 # for Locust itself (installed by the locustfile)
-LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py", "locust_quirks.py")
+LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py", "locust_quirks.py",
+                       "memory_trace.py")
 
 
 @dataclass(frozen=True)
