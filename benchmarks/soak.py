@@ -69,6 +69,30 @@ def vm_rss_mib(pid: int) -> float | None:
     return None
 
 
+def heap_and_anonymous_mib(pid: int) -> tuple[float, float]:
+    """Resident MiB of the process's brk heap ([heap]: glibc malloc's main arena) and of its
+    anonymous mappings (other arenas, mmap'd blocks, Arrow's allocator, thread stacks): which
+    one grows tells a fragmenting allocator from a Python-level leak."""
+    heap = anonymous = 0
+    name = ""
+    try:
+        with open(f"/proc/{pid}/smaps") as smaps:
+            for line in smaps:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    fields = line.split()
+                    name = fields[5] if len(fields) > 5 else ""
+                elif head == "Rss:":
+                    kib = int(line.split()[1])
+                    if name == "[heap]":
+                        heap += kib
+                    elif not name:
+                        anonymous += kib
+    except OSError:
+        return float("nan"), float("nan")
+    return heap / 1024, anonymous / 1024
+
+
 def locust_pid(run_dir: Path) -> int | None:
     """The Locust process writing rows: samples/samples-<host>-<pid>.arrows."""
     for path in sorted((run_dir / "samples").glob("samples-*.arrows")):
@@ -121,7 +145,8 @@ def main() -> int:
                                     - samples[-1][0] >= args.sample_every):
                 rss = vm_rss_mib(pid)
                 if rss is not None:
-                    samples.append((time.monotonic() - first_rows_s, rss))
+                    samples.append((time.monotonic() - first_rows_s, rss,
+                                    *heap_and_anonymous_mib(pid)))
         output = cli.stdout.read()
     finally:
         if cli.poll() is None:
@@ -136,16 +161,25 @@ def main() -> int:
         print("no RSS samples: the run never wrote rows")
         print(output)
         return 1
-    times = np.array([t for t, _ in samples])
-    rss = np.array([r for _, r in samples])
+    columns = np.array(samples)
+    times, rss = columns[:, 0], columns[:, 1]
     steady = times >= warmup_s
-    start_rss = rss[steady][0] if steady.any() else rss[0]
-    slope = (np.polyfit(times[steady], rss[steady], 1)[0] * 60
-             if steady.sum() >= 3 else float("nan"))
+    first = int(np.argmax(steady)) if steady.any() else 0
+
+    def slope(values: np.ndarray) -> float:
+        return (np.polyfit(times[steady], values[steady], 1)[0] * 60
+                if steady.sum() >= 3 else float("nan"))
+
     print(f"Locust RSS (MiB), {len(samples)} samples over {times[-1]:.0f}s: first {rss[0]:.1f}, "
-          f"after {warmup_s:g}s warm-up {start_rss:.1f}, end {rss[-1]:.1f}, max {rss.max():.1f};"
-          f" end - after warm-up {rss[-1] - start_rss:+.1f} MiB, slope after warm-up "
-          f"{slope:+.2f} MiB/min")
+          f"after {warmup_s:g}s warm-up {rss[first]:.1f}, end {rss[-1]:.1f}, max {rss.max():.1f};"
+          f" end - after warm-up {rss[-1] - rss[first]:+.1f} MiB, slope after warm-up "
+          f"{slope(rss):+.2f} MiB/min")
+    for name, values in (("[heap]", columns[:, 2]), ("anonymous", columns[:, 3])):
+        print(f"  of which {name}: after warm-up {values[first]:.1f}, end {values[-1]:.1f} "
+              f"({values[-1] - values[first]:+.1f} MiB, {slope(values):+.2f} MiB/min)")
+    np.savetxt(runs_dir / "rss.csv", columns, delimiter=",", fmt="%.3f",
+               header="seconds_since_first_rows,rss_mib,heap_mib,anonymous_mib")
+    print(f"samples: {runs_dir / 'rss.csv'}")
     served = {rid: entry for rid, entry in read_record_log(record).items()
               if SUITE_ID.match(rid)}
     table = pq.read_table(run_dir / "samples.parquet", columns=["request_id", "ok"])
