@@ -61,7 +61,7 @@ def build_server_series(records: list[dict[str, Any]], start_unix_s: float
                         ) -> ServerSeries | None:
     """From the parsed lines of server_metrics.jsonl (`{"unix_s": t, "values": {...}}`);
     None when there is nothing to plot."""
-    records = _valid_sorted(records)
+    records = valid_scrapes(records)
     if not records:
         return None
     queries = _increments(_gather(records, PREFIX_CACHE_QUERIES, "sum"))
@@ -82,7 +82,7 @@ def build_server_series(records: list[dict[str, Any]], start_unix_s: float
     return series if any(p is not None for p in present) else None
 
 
-def _valid_sorted(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def valid_scrapes(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Well-formed scrapes in time order (a torn or foreign line is skipped)."""
     return sorted((r for r in records if isinstance(r.get("values"), dict)
                    and isinstance(r.get("unix_s"), int | float)), key=lambda r: r["unix_s"])
@@ -92,7 +92,7 @@ def run_prefix_cache_hit_rate(records: Sequence[dict[str, Any]]) -> float | None
     """Hits / queries over the run, from counter increments between scrapes (a counter reset,
     i.e. a server restart, drops that interval); None when the server exports no such counters
     or answered no query."""
-    records = _valid_sorted(records)
+    records = valid_scrapes(records)
     queries = _increments(_gather(records, PREFIX_CACHE_QUERIES, "sum"))
     hits = _increments(_gather(records, PREFIX_CACHE_HITS, "sum"))
     if queries is None or hits is None:

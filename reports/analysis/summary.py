@@ -14,6 +14,7 @@ import numpy as np
 
 from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSummary
+from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 from vllm_slo.reports.analysis.verdicts import SloResult, VerdictScope
 from vllm_slo.reports.redaction import redact_secrets
@@ -235,6 +236,7 @@ class RunSummaryDocument(EchoesScenario):
     warnings: tuple[str, ...]
     schema_version: int = SUMMARY_SCHEMA_VERSION
     client_health: ClientHealth | None = None  # None: a document built without the rows
+    server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order)."""
@@ -254,6 +256,8 @@ class RunSummaryDocument(EchoesScenario):
             "traffic": self.traffic.to_json_dict(),
             "client_health": (None if self.client_health is None
                               else self.client_health.to_json_dict()),
+            "server_crosscheck": (None if self.server_crosscheck is None
+                                  else self.server_crosscheck.to_json_dict()),
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
             "slos": [slo.to_json_dict() for slo in self.slos],
             "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
@@ -277,6 +281,7 @@ def build_summary(
     client_cpu: ClientCpu | None = None,
     prefix_cache_hit_rate: float | None = None,
     client_health: ClientHealth | None = None,
+    server_crosscheck: LatencyCrosscheck | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
@@ -309,4 +314,5 @@ def build_summary(
         invalid_reasons=tuple(invalid_reasons),
         warnings=(*summary.warnings, *warnings),
         client_health=client_health,
+        server_crosscheck=server_crosscheck,
     )

@@ -29,6 +29,7 @@ from markupsafe import Markup
 
 from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, failure_kinds
+from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
     ReportedEstimate,
@@ -123,6 +124,8 @@ class HealthView:
     client: list[tuple[str, str]] = field(default_factory=list)  # the load generator's health
     client_reasons: list[str] = field(default_factory=list)  # why it was the bottleneck
     panel_class: str = "healthy"  # "client-limited": the panel turns red
+    server: list[tuple[str, str]] = field(default_factory=list)  # vLLM's own latency vs ours
+    server_flags: list[str] = field(default_factory=list)  # where they disagree
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +318,26 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
     return rows
 
 
+def crosscheck_rows(check: LatencyCrosscheck | None) -> list[tuple[str, str]]:
+    """vLLM's own TTFT / ITL means against the client's (summary.json "server_crosscheck")."""
+    if check is None:
+        return []
+    rows = [("requests (server / client)",
+             f"{check.server_requests:,} / {check.client_requests:,}"
+             + ("" if check.compared else
+                " — not the same requests (other traffic, a restart or a late scrape): "
+                "not compared"))]
+    if check.server_ttft_mean_s is not None and check.client_ttft_mean_s is not None:
+        rows.append(("TTFT mean (server / client)",
+                     f"{_ms(check.server_ttft_mean_s)} / {_ms(check.client_ttft_mean_s)} "
+                     f"(client {check.ttft_excess_s * 1e3:+.1f} ms)"))
+    if check.server_itl_mean_s is not None and check.client_itl_mean_s is not None:
+        rows.append(("ITL per token, mean (server / client)",
+                     f"{_ms(check.server_itl_mean_s)} / {_ms(check.client_itl_mean_s)} "
+                     f"(x{check.itl_ratio:.3f})"))
+    return rows
+
+
 def error_rows(requests: RequestCounts, table: pa.Table) -> list[ErrorRow]:
     """Failed measured requests by kind (summary.json's counts), with their status codes and
     the first error text of each kind (redacted, truncated; escaped by the template)."""
@@ -393,7 +416,10 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         client_reasons=[] if summary.client_health is None
         else [redact_text(r) for r in summary.client_health.reasons],
         panel_class="client-limited" if summary.client_health is not None
-        and not summary.client_health.healthy else "healthy")
+        and not summary.client_health.healthy else "healthy",
+        server=crosscheck_rows(summary.server_crosscheck),
+        server_flags=[] if summary.server_crosscheck is None
+        else [redact_text(flag) for flag in summary.server_crosscheck.flags])
     verdict = outcome(summary.exit_code)
     return ReportView(
         title=f"vllm-slo · {summary.scenario_name}", run_id=summary.run_id,

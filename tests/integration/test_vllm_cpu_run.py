@@ -134,3 +134,20 @@ def test_server_facts_are_the_servers_own(chat_run) -> None:
     assert facts["max_concurrency"] == pytest.approx(facts["kv_cache_tokens"] / 2048)
     assert facts["non_default_args"]["max_num_batched_tokens"] == 2048
     assert "server facts: CPU KV cache" in chat_run.output
+
+
+def test_vllms_own_latency_agrees_with_the_clients(chat_run) -> None:
+    """The /metrics histograms' increments over the run are the requests the client sent (the
+    recorder scrapes before the first and after the last), and vLLM's TTFT / per-token ITL
+    means agree with the rows' within the cross-check's bounds (no flag)."""
+    check = chat_run.json("summary.json")["server_crosscheck"]
+    assert check is not None, "vLLM CPU exports the TTFT histogram"
+    ttfts = pq.read_table(chat_run.run_dir / "samples.parquet", columns=["ttft_s"])
+    started = ttfts.num_rows - ttfts.column("ttft_s").null_count
+    assert check["client_requests"] == started
+    assert abs(check["server_requests"] - started) <= 2  # in flight at a boundary scrape
+    assert check["compared"] and check["flags"] == [], check
+    # the client's TTFT includes the HTTP path around vLLM's own: never below it
+    assert check["ttft_excess_s"] > -0.005
+    assert check["itl_ratio"] == pytest.approx(1.0, abs=0.10)
+    assert "vLLM's own latency" in (chat_run.run_dir / "report.html").read_text()
