@@ -19,13 +19,14 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vllm_slo.scenarios.errors import ServerConfigError
 from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_configs import read_server_config
 from vllm_slo.servers.tiny_model import cache_root
 from vllm_slo.servers.vllm_cli import CHECK_FLAG, RESULTS_MARK, vllm_version
 from vllm_slo.servers.vllm_server import plan_launch, vllm_installed
@@ -50,9 +51,15 @@ def flag_key(flag: str) -> str:
     return flag.lstrip("-").split("=", 1)[0].replace("_", "-")
 
 
-def rejection_message(args: dict[str, Any], check: ArgsCheck) -> str:
-    """Pure: one clear message for a rejected command line: the dotted key and value, vLLM's
-    words, close matches for an unknown flag."""
+def _args_key(key: str) -> str:
+    return f"server.args.{key}"
+
+
+def rejection_message(args: dict[str, Any], check: ArgsCheck,
+                      where: Callable[[str], str] = _args_key) -> str:
+    """Pure: one clear message for a rejected command line: where the flag was set (`where`:
+    a flag name -> `server.args.NAME` by default, or the config file that set it), the value,
+    vLLM's words, close matches for an unknown flag."""
     assert check.error is not None
     unknown = _UNRECOGNIZED.search(check.error)
     if unknown:
@@ -65,14 +72,14 @@ def rejection_message(args: dict[str, Any], check: ArgsCheck) -> str:
                             if option.startswith("--")})
             close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            parts.append(f"server.args.{key}: vLLM's `vllm serve` has no flag --{key}{hint}")
+            parts.append(f"{where(key)}: vLLM's `vllm serve` has no flag --{key}{hint}")
         return "\n".join(parts)
     named = _ARGUMENT.search(check.error)
     if named:
         name = flag_key(named.group(1))
         key = name if name in args else name.removeprefix("no-")
         if key in args:
-            return (f"server.args.{key} = {args[key]!r}: vLLM rejects it: {check.error}")
+            return f"{where(key)} = {args[key]!r}: vLLM rejects it: {check.error}"
     return f"server.args: vLLM rejects this configuration: {check.error}"
 
 
@@ -158,6 +165,21 @@ def check_serve_args(requests: list[tuple[str, list[str]]], python: str = sys.ex
     return [results[i] for i in range(len(requests))]
 
 
+def flag_source(spec: ServerSpec) -> Callable[[str], str]:
+    """Where a flag of `spec.engine_args` was set: `server.args.NAME`, or for a flag only the
+    config file holds, `server.config FILE: NAME`."""
+    own = {str(key).replace("_", "-") for key in spec.args}
+    from_file = ({str(key).replace("_", "-") for key in read_server_config(spec.config)}
+                 if spec.config is not None else set())
+
+    def where(key: str) -> str:
+        if key in from_file and key not in own:
+            return f"server.config {spec.config}: {key}"
+        return _args_key(key)
+
+    return where
+
+
 def validate_server_args(specs: Sequence[tuple[str, ServerSpec]], platform: str) -> None:
     """Every launched server's command line (`vllm serve` with the suite's flags and platform
     defaults) checked by the installed vLLM before anything starts; `specs` are (label,
@@ -178,7 +200,8 @@ def validate_server_args(specs: Sequence[tuple[str, ServerSpec]], platform: str)
     for (label, spec), check in zip(checked, check_serve_args(requests), strict=True):
         if not check.ok:
             where = f"variant {label}: " if label else ""
-            problems.append(where + rejection_message(spec.engine_args, check))
+            problems.append(where + rejection_message(spec.engine_args, check,
+                                                      flag_source(spec)))
     if problems:
         raise ServerConfigError("\n".join(problems) + "\n(checked with the installed vLLM's "
                                 "own `vllm serve` parser; nothing was started)")

@@ -55,3 +55,21 @@ def test_known_options_refuse_a_typo_without_running_vllm(tmp_path: Path,
     assert not result.ok and result.error == "unrecognized arguments: --blok-size"
     with pytest.raises(ServerConfigError, match="could not check"):  # this one needs vLLM
         check_serve_args([("model", ["--block-size", "16"])], python="/nonexistent")
+
+
+def test_a_flag_from_a_config_file_is_named_by_its_file(tmp_path: Path) -> None:
+    """A rejected flag that only the config file set is reported there, not as server.args;
+    one that `args` set (or overrode) keeps its dotted key."""
+    from vllm_slo.scenarios.model import ServerSpec
+    from vllm_slo.servers.vllm_args import flag_source
+
+    config = tmp_path / "mine.yaml"
+    config.write_text("max-num-seqs: lots\nblock-size: 16\n")
+    spec = ServerSpec(model="tiny", config=str(config), args={"block-size": 32})
+    where = flag_source(spec)
+    bad_value = ArgsCheck(False, "argument --max-num-seqs: invalid int value: 'lots'", OPTIONS)
+    assert rejection_message(spec.engine_args, bad_value, where) == (
+        f"server.config {config}: max-num-seqs = 'lots': vLLM rejects it: argument "
+        "--max-num-seqs: invalid int value: 'lots'")
+    assert where("block-size") == "server.args.block-size"
+    assert flag_source(ServerSpec(model="tiny"))("block-size") == "server.args.block-size"
