@@ -113,13 +113,22 @@ class ReaderPump:
 
     def _drain(self) -> None:
         """The watcher's callback, run by the hub whenever a registered socket is readable:
-        read every ready socket once, in one pass. It never blocks (a parser and `on_event`
-        are pure; gevent refuses a blocking call here), and an error belongs to its reading."""
+        read every ready socket once, in one pass, then feed the parsers. It never blocks (a
+        parser and `on_event` are pure; gevent refuses a blocking call here), and an error
+        belongs to its reading.
+
+        Two passes, reads first: a read's stamp is when its bytes left the kernel, so parsing
+        one socket's bytes before reading the next would stamp the next late by that parse.
+        When a closed-loop wave of responses starts at once (the first chunks come with the
+        headers, which cost the most to parse), the last socket of a pass waited for every
+        parse before it: the TTFT error tail of issue 14 (p99 9.9 ms at 256 streams on the
+        H200 host, 3.3 ms of it request delivery)."""
         readings = self._readings
         perf_counter = time.perf_counter
         ready = self._epoll.poll(0)
         self.wakeups += 1
         self.reads += len(ready)
+        received = []
         for fd, _mask in ready:
             reading = readings.get(fd)
             if reading is None:  # let go of since the poll (cannot happen: no switch)
@@ -131,7 +140,8 @@ class ReaderPump:
             except OSError as exc:
                 self._finish(reading, exc)
                 continue
-            arrived_at_s = perf_counter()
+            received.append((reading, data, perf_counter()))
+        for reading, data, arrived_at_s in received:
             try:
                 if data:
                     if not reading.parser.feed(data, arrived_at_s):
