@@ -9,7 +9,7 @@ import ctypes.util
 
 import pytest
 
-from vllm_slo.loadtests.malloc_tuning import MMAP_THRESHOLD_BYTES, fix_malloc_thresholds
+from vllm_slo.loadtests.malloc_tuning import fix_malloc_thresholds
 
 
 class _MallInfo2(ctypes.Structure):
@@ -34,10 +34,12 @@ def _libc() -> ctypes.CDLL:
 def test_a_freed_large_block_does_not_raise_the_mmap_threshold() -> None:
     libc = _libc()
     assert fix_malloc_thresholds()
-    big = libc.malloc(4 << 20)  # mmap'd (above the threshold); freeing it would, by glibc's
-    libc.free(big)  # default, raise the threshold to 4 MiB
+    big = libc.malloc(30 << 20)  # mmap'd (above the threshold); freeing it would, by glibc's
+    libc.free(big)  # default, raise the threshold to 30 MiB
     before = libc.mallinfo2().hblks
-    block = libc.malloc(2 * MMAP_THRESHOLD_BYTES)  # above the fixed threshold, below 4 MiB
+    # above the fixed threshold, below 30 MiB, and larger than any free chunk an arena could
+    # serve it from (a threshold only decides how an arena that must grow gets the memory)
+    block = libc.malloc(16 << 20)
     try:
         assert libc.mallinfo2().hblks == before + 1, "the block came from an arena"
     finally:
