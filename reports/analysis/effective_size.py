@@ -23,10 +23,7 @@ MIN_EXCEEDANCES_FOR_TAIL_ACF: int = 50
 
 
 #: Series longer than this get their autocorrelation from blocks (below); shorter ones from one
-#: FFT of the whole series. The blocks are transformed in single precision (2.6x faster than
-#: double on this code's 2^19-point transforms: memory bandwidth) and summed in double; the
-#: autocorrelations agree with the double-precision ones to ~1e-7 of rho_0, Geyer's tau to
-#: ~1e-6 relative (tests/unit/test_analysis_scale.py).
+#: FFT of the whole series. Both give the same numbers up to floating-point rounding (~1e-15).
 BLOCKED_ABOVE: int = 1 << 22
 #: Lags the blocked estimate covers at first (block length); twice as many while Geyer's
 #: sequence has not stopped inside them.
@@ -60,16 +57,15 @@ def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarra
     length pairs a sample with one in its own block or the next, so the sum of each block's
     power spectrum (pairs inside blocks) and of each block's cross spectrum with the next
     (pairs across a boundary, read at offset ``block`` of its inverse) give every pair once:
-    the same sums as one FFT of the whole series (what `_autocorrelation` computes, there in
-    double precision; here each block in single, the sums in double), in O(n log block) time
-    and O(batch) memory."""
+    the same sums as one FFT of the whole series (what `_autocorrelation` computes), in
+    O(n log block) time and O(batch) memory."""
     size = 2 * block
     auto = np.zeros(block + 1)
     cross = np.zeros(block + 1, dtype=complex)
     previous: np.ndarray | None = None
     rows = max(1, _BATCH_SAMPLES // block)
-    frame = np.zeros((rows, size), dtype=np.float32)  # reused: the padding half stays zero
-    product = np.empty(block + 1, dtype=np.complex64)
+    frame = np.zeros((rows, size))  # reused: the padding half stays zero
+    product = np.empty(block + 1, dtype=complex)
     for first in range(0, n, rows * block):
         values = source(first, min(n, first + rows * block))
         full, rest = divmod(values.size, block)
@@ -80,8 +76,8 @@ def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarra
             frame[full, rest:block] = 0.0
         used = full + (1 if rest else 0)
         spectra = scipy_fft.rfft(frame[:used], axis=1, workers=-1)
-        pairs = spectra.view(np.float32).reshape(used, block + 1, 2)
-        auto += np.einsum("ijk,ijk->j", pairs, pairs, dtype=np.float64)
+        pairs = spectra.view(np.float64).reshape(used, block + 1, 2)
+        auto += np.einsum("ijk,ijk->j", pairs, pairs)
         for row in range(used):  # each block's cross spectrum with the next one
             if previous is not None:
                 np.conjugate(previous, out=product)
