@@ -38,7 +38,6 @@ from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 from vllm_slo.loadtests import locust_quirks, memory_trace
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
-from vllm_slo.loadtests.malloc_tuning import fix_malloc_thresholds
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
@@ -212,7 +211,6 @@ def _configure(environment, **_kwargs) -> None:
     if not run_dir:
         raise SystemExit("--vllm-slo-run-dir is required (a folder with locust_config.json)")
     master = isinstance(environment.runner, MasterRunner)
-    fix_malloc_thresholds()  # RSS stays flat over hours (loadtests/malloc_tuning.py)
     RUN.configure(Path(run_dir), getattr(environment.runner, "worker_index", 0) or 0,
                   runs_users=not master)
     # the plan and everything loaded so far live for the whole run: keep them out of the
