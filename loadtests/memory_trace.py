@@ -11,6 +11,7 @@ benchmarks/soak.py passes it through (`--tracemalloc FILE`).
 
 from __future__ import annotations
 
+import linecache
 import os
 import time
 import tracemalloc
@@ -28,8 +29,11 @@ def growth_report(baseline: tracemalloc.Snapshot, now: tracemalloc.Snapshot,
     """The traced total and the sites that grew most between two snapshots, as text."""
     current, peak = tracemalloc.get_traced_memory()
     lines = [f"{elapsed_s:.0f} s after the baseline: traced {current / 2**20:.2f} MiB "
-             f"(peak {peak / 2**20:.2f} MiB)"]
-    for stat in now.compare_to(baseline, "traceback")[:TOP_SITES]:
+             f"(peak {peak / 2**20:.2f} MiB, this diagnostic's own allocations included)"]
+    own = [tracemalloc.Filter(False, path) for path in (__file__, tracemalloc.__file__,
+                                                         linecache.__file__)]
+    for stat in now.filter_traces(own).compare_to(baseline.filter_traces(own),
+                                                  "traceback")[:TOP_SITES]:
         lines.append(f"\n{stat.size_diff / 2**10:+.1f} KiB in {stat.count_diff:+d} blocks "
                      f"(now {stat.size / 2**10:.1f} KiB)")
         lines.extend(f"    {line}" for line in stat.traceback.format())
