@@ -121,8 +121,8 @@ class ReaderPump:
         one socket's bytes before reading the next would stamp the next late by that parse.
         When a closed-loop wave of responses starts at once (the first chunks come with the
         headers, which cost the most to parse), the last socket of a pass waited for every
-        parse before it: the TTFT error tail of issue 14 (p99 9.9 ms at 256 streams on the
-        H200 host, 3.3 ms of it request delivery)."""
+        parse before it: suspected in the TTFT error tail of issue 14 (p99 9.9 ms at 256
+        streams on the H200 host, 3.3 ms of it request delivery); not yet measured there."""
         readings = self._readings
         perf_counter = time.perf_counter
         ready = self._epoll.poll(0)
