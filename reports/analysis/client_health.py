@@ -128,7 +128,9 @@ class Concurrency:
         }
 
 
-def _column(table: pa.Table, name: str) -> np.ndarray:
+def float_column(table: pa.Table, name: str) -> np.ndarray:
+    """A samples column as float64 (nulls NaN); all NaN when the table has no such column
+    (rows written by an older schema)."""
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
     return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -137,10 +139,10 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
 def request_intervals(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Each row's [actual send, end of response] in Unix seconds (end = intended send + E2E; a
     row without E2E ends at its send)."""
-    send = _column(table, "send_unix_s")
-    intended = _column(table, "intended_send_unix_s")
+    send = float_column(table, "send_unix_s")
+    intended = float_column(table, "intended_send_unix_s")
     send = np.where(np.isfinite(send), send, intended)
-    end = intended + _column(table, "e2e_s")
+    end = intended + float_column(table, "e2e_s")
     return send, np.where(np.isfinite(end), np.maximum(end, send), send)
 
 
@@ -188,7 +190,7 @@ def deliberate_pauses_s(table: pa.Table, think_time_s: float,
     ignore it)."""
     pauses = np.full(table.num_rows, think_time_s)
     if retry_after_max_s is not None and "retry_after_s" in table.column_names:
-        asked = np.nan_to_num(_column(table, "retry_after_s"), nan=0.0)
+        asked = np.nan_to_num(float_column(table, "retry_after_s"), nan=0.0)
         pauses += np.clip(asked, 0.0, retry_after_max_s)
     return pauses
 
@@ -401,7 +403,7 @@ def chunks_per_token(table: pa.Table) -> float | None:
     ok = np.asarray(table.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
     good = measured & ok
     chunks = np.diff(table.column("chunk_offsets_s").combine_chunks().offsets.to_numpy())
-    tokens = _column(table, "output_tokens")
+    tokens = float_column(table, "output_tokens")
     use = good & np.isfinite(tokens)
     total = float(tokens[use].sum())
     return float(chunks[use].sum()) / total if total > 0 else None

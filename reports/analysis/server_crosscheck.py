@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from vllm_slo.reports.analysis.server_metrics import valid_scrapes
+from vllm_slo.reports.analysis.chunk_times import list_values
+from vllm_slo.reports.analysis.client_health import float_column
+from vllm_slo.reports.analysis.server_metrics import metric_per_scrape, valid_scrapes
 
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
@@ -80,52 +82,38 @@ class LatencyCrosscheck:
                 "compared": self.compared, "flags": list(self.flags)}
 
 
-def _total(values: dict[str, float], name: str) -> float | None:
-    """A metric summed over its label sets (engines); None when not exported."""
-    found = [float(v) for k, v in values.items() if k.split("{", 1)[0] == name]
-    return sum(found) if found else None
-
-
-def histogram_increment(records: Sequence[dict[str, Any]], name: str
+def histogram_increment(records: list[dict[str, Any]], name: str
                         ) -> tuple[float, float] | None:
-    """(Δ sum, Δ count) of histogram `name` from the first to the last scrape; None when it is
-    not exported in both or a counter went backwards (a server restart)."""
+    """(Δ sum, Δ count) of histogram `name` from the first to the last scrape (summed over
+    engines); None when it is not exported in both or a counter went backwards (a server
+    restart)."""
     if len(records) < 2:
         return None
-    first, last = records[0]["values"], records[-1]["values"]
-    parts = [(_total(first, f"{name}_sum"), _total(last, f"{name}_sum")),
-             (_total(first, f"{name}_count"), _total(last, f"{name}_count"))]
-    if any(a is None or b is None or b < a for a, b in parts):
-        return None
-    (sum_a, sum_b), (count_a, count_b) = parts
-    return sum_b - sum_a, count_b - count_a  # type: ignore[operator]
-
-
-def _column(table: pa.Table, name: str) -> np.ndarray:
-    if name not in table.column_names:
-        return np.full(table.num_rows, np.nan)
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+    ends = []
+    for part in ("_sum", "_count"):
+        series = metric_per_scrape(records, f"{name}{part}", "sum")
+        if series is None or not (series[-1] >= series[0]):  # NaN: missing in one of them
+            return None
+        ends.append(float(series[-1] - series[0]))
+    return ends[0], ends[1]
 
 
 def client_latency_means(table: pa.Table) -> tuple[int, float | None, float | None]:
     """(rows with a first token, their TTFT mean from the actual send, ITL mean per token)."""
-    ttft = _column(table, "ttft_s")
-    lag = np.nan_to_num(_column(table, "send_lag_s"), nan=0.0)
+    ttft = float_column(table, "ttft_s")
+    lag = np.nan_to_num(float_column(table, "send_lag_s"), nan=0.0)
     started = np.isfinite(ttft)
     count = int(started.sum())
     ttft_mean = float((ttft - lag)[started].mean()) if count else None
-    offsets = table.column("chunk_offsets_s").combine_chunks() if table.num_rows else None
-    tokens = _column(table, "output_tokens")
-    spans, intervals = 0.0, 0.0
-    if offsets is not None:
-        ends = offsets.offsets.to_numpy()
-        flat = offsets.values.to_numpy(zero_copy_only=False).astype(np.float64)
-        for row in np.flatnonzero(started & np.isfinite(tokens) & (tokens > 1)):
-            first, stop = ends[row], ends[row + 1]
-            if stop - first >= 2:
-                spans += flat[stop - 1] - flat[first]
-                intervals += tokens[row] - 1
-    itl_mean = float(spans / intervals) if intervals > 0 else None
+    if not table.num_rows:
+        return count, ttft_mean, None
+    flat, bounds = list_values(table.column("chunk_offsets_s").combine_chunks())
+    tokens = float_column(table, "output_tokens")
+    spanned = started & (tokens > 1) & (np.diff(bounds) >= 2)  # NaN tokens compare False
+    spans = (flat[bounds[1:][spanned] - 1].astype(np.float64)
+             - flat[bounds[:-1][spanned]].astype(np.float64))
+    intervals = float((tokens[spanned] - 1).sum())
+    itl_mean = float(spans.sum() / intervals) if intervals > 0 else None
     return count, ttft_mean, itl_mean
 
 

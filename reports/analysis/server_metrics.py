@@ -37,7 +37,7 @@ def _metric_name(key: str) -> str:
     return key.split("{", 1)[0]
 
 
-def _gather(records: list[dict[str, Any]], name: str, how: str) -> np.ndarray | None:
+def metric_per_scrape(records: list[dict[str, Any]], name: str, how: str) -> np.ndarray | None:
     """One metric per scrape over all its label sets (`sum` or `mean`); None if never seen."""
     seen = False
     out = np.full(len(records), np.nan)
@@ -64,18 +64,18 @@ def build_server_series(records: list[dict[str, Any]], start_unix_s: float
     records = valid_scrapes(records)
     if not records:
         return None
-    queries = _increments(_gather(records, PREFIX_CACHE_QUERIES, "sum"))
-    hits = _increments(_gather(records, PREFIX_CACHE_HITS, "sum"))
+    queries = _increments(metric_per_scrape(records, PREFIX_CACHE_QUERIES, "sum"))
+    hits = _increments(metric_per_scrape(records, PREFIX_CACHE_HITS, "sum"))
     hit_rate = None
     if queries is not None and hits is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
             hit_rate = np.where(queries > 0, hits / queries, np.nan)
     series = ServerSeries(
         scrape_s=np.array([r["unix_s"] for r in records], dtype=np.float64) - start_unix_s,
-        running=_gather(records, "vllm:num_requests_running", "sum"),
-        waiting=_gather(records, "vllm:num_requests_waiting", "sum"),
-        kv_cache_usage=_gather(records, "vllm:kv_cache_usage_perc", "mean"),
-        preemptions=_increments(_gather(records, "vllm:num_preemptions_total", "sum")),
+        running=metric_per_scrape(records, "vllm:num_requests_running", "sum"),
+        waiting=metric_per_scrape(records, "vllm:num_requests_waiting", "sum"),
+        kv_cache_usage=metric_per_scrape(records, "vllm:kv_cache_usage_perc", "mean"),
+        preemptions=_increments(metric_per_scrape(records, "vllm:num_preemptions_total", "sum")),
         prefix_cache_hit_rate=hit_rate)
     present = (series.running, series.waiting, series.kv_cache_usage, series.preemptions,
                series.prefix_cache_hit_rate)
@@ -93,8 +93,8 @@ def run_prefix_cache_hit_rate(records: Sequence[dict[str, Any]]) -> float | None
     i.e. a server restart, drops that interval); None when the server exports no such counters
     or answered no query."""
     records = valid_scrapes(records)
-    queries = _increments(_gather(records, PREFIX_CACHE_QUERIES, "sum"))
-    hits = _increments(_gather(records, PREFIX_CACHE_HITS, "sum"))
+    queries = _increments(metric_per_scrape(records, PREFIX_CACHE_QUERIES, "sum"))
+    hits = _increments(metric_per_scrape(records, PREFIX_CACHE_HITS, "sum"))
     if queries is None or hits is None:
         return None
     both = np.isfinite(queries) & np.isfinite(hits)
