@@ -168,8 +168,8 @@ def check_serve_args(requests: list[tuple[str, list[str]]], python: str = sys.ex
 def flag_source(spec: ServerSpec) -> Callable[[str], str]:
     """Where a flag of `spec.engine_args` was set: `server.args.NAME`, or for a flag only the
     config file holds, `server.config FILE: NAME`."""
-    own = {str(key).replace("_", "-") for key in spec.args}
-    from_file = ({str(key).replace("_", "-") for key in read_server_config(spec.config)}
+    own = {flag_key(str(key)) for key in spec.args}
+    from_file = ({flag_key(str(key)) for key in read_server_config(spec.config)}
                  if spec.config is not None else set())
 
     def where(key: str) -> str:
