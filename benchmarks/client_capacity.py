@@ -29,6 +29,7 @@ Printed per cell, over a steady window (after `--warmup`, `--duration` long):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -349,6 +350,51 @@ def analyse(cell: Cell, args: argparse.Namespace, records: list[dict],
     cell.itl_error_ms = (itl[0] - true_itl[0], itl[1] - true_itl[1])
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pin_forked_workers(root_pid: int, cpus: list[int], cell: Cell, wait_s: float = 60.0
+                       ) -> threading.Thread:
+    """Locust's `--processes N` forks its workers from the master: pin each forked worker
+    (every thread of it) to its own CPU from `cpus`, round robin, as it appears; the master
+    keeps the client's own CPUs (`--client-cpus`). Runs beside the client for `wait_s`."""
+
+    def pin() -> None:
+        pinned_pids: set[int] = set()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            tree = {root_pid}
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit() and _parent_pid(int(entry.name)) in tree:
+                    tree.add(int(entry.name))
+            # a forked worker: a locust process whose parent is a locust process
+            for pid in sorted(tree - {root_pid} - pinned_pids):
+                parent = _parent_pid(pid)
+                try:
+                    is_worker = parent in tree and b"locust" in Path(
+                        f"/proc/{pid}/cmdline").read_bytes() and b"locust" in Path(
+                        f"/proc/{parent}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if not is_worker:
+                    continue
+                cpu = cpus[len(pinned_pids) % len(cpus)]
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(int(task.name), {cpu})
+                pinned_pids.add(pid)
+                cell.notes.append(f"worker {pid} pinned to CPU {cpu}")
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=pin, daemon=True)
+    thread.start()
+    return thread
+
+
 def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
              tokenizer: Path) -> Cell:
     folder = out / f"c{concurrency}-{client}"
@@ -370,6 +416,9 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
                                        stderr=subprocess.STDOUT, cwd=folder, env=env,
                                        start_new_session=True)
             sampler = CpuSampler(process.pid)
+            if args.worker_cpus:
+                pin_forked_workers(process.pid, [int(c) for c in args.worker_cpus.split(",")],
+                                   cell)
             try:
                 process.wait(args.warmup + args.duration + 600)
             except subprocess.TimeoutExpired:
@@ -440,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer folder (default: the suite's tiny model, built once)")
     parser.add_argument("--client-cpus", default=None, help="taskset list, e.g. 1")
+    parser.add_argument("--worker-cpus", default=None,
+                        help="comma list: pin each forked Locust worker to its own CPU (the "
+                        "master stays on --client-cpus), e.g. 2,4")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--out", type=Path, default=Path("runs/client-capacity"))
     parser.add_argument("--json", type=Path, default=None, help="also write the cells here")

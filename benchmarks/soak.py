@@ -16,6 +16,7 @@ Exit status 1 if a row is missing or extra.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -56,6 +57,11 @@ def parse_args() -> argparse.Namespace:
                    help="FILE: Locust writes where its Python memory grew to FILE.<pid> "
                         "(loadtests/memory_trace.py; slows the client, so RSS is not "
                         "comparable with a run without it)")
+    p.add_argument("--smaps-every", type=float, default=0.0,
+                   help="also save the Locust process's anonymous mappings (address range, "
+                        "size, resident KiB) every this many seconds to smaps.jsonl, and print "
+                        "the mappings that changed most across the largest RSS step "
+                        "(0: off)")
     return p.parse_args()
 
 
@@ -91,6 +97,48 @@ def heap_and_anonymous_mib(pid: int) -> tuple[float, float]:
     except OSError:
         return float("nan"), float("nan")
     return heap / 1024, anonymous / 1024
+
+
+def anonymous_mappings(pid: int) -> dict[str, list[int]]:
+    """Anonymous and [heap] mappings of a process: {"start-end": [size KiB, resident KiB]}."""
+    mappings: dict[str, list[int]] = {}
+    current: list[int] | None = None
+    try:
+        with open(f"/proc/{pid}/smaps") as smaps:
+            for line in smaps:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    fields = line.split()
+                    name = fields[5] if len(fields) > 5 else ""
+                    current = [0, 0] if name in ("", "[heap]") else None
+                    if current is not None:
+                        mappings[head] = current
+                elif current is not None and head == "Size:":
+                    current[0] = int(line.split()[1])
+                elif current is not None and head == "Rss:":
+                    current[1] = int(line.split()[1])
+    except OSError:
+        return {}
+    return mappings
+
+
+def mapping_changes(before: dict[str, list[int]], after: dict[str, list[int]],
+                    top: int = 12) -> list[str]:
+    """The mappings whose resident size changed most between two snapshots, as text lines."""
+    changes = []
+    for key in set(before) | set(after):
+        old, new = before.get(key, [0, 0]), after.get(key, [0, 0])
+        if new[1] != old[1]:
+            state = "new" if key not in before else "gone" if key not in after else "grown"
+            changes.append((new[1] - old[1], f"{key} {state}: size {new[0] or old[0]} KiB, "
+                                             f"resident {old[1]} -> {new[1]} KiB"))
+    changes.sort(key=lambda change: -abs(change[0]))
+    sizes = sorted(size for size, _ in after.values())
+    lines = [f"{len(before)} -> {len(after)} anonymous mappings; sizes now (KiB): "
+             f"{len(sizes)} total, {sum(1 for s in sizes if s == 1024)} of exactly 1 MiB "
+             f"(pymalloc arenas), {sum(1 for s in sizes if s >= 65536)} of 64 MiB or more"]
+    lines.extend(f"  {delta:+d} KiB  {text}" for delta, text in changes[:top])
+    return lines
 
 
 def locust_pid(run_dir: Path) -> int | None:
@@ -129,6 +177,7 @@ def main() -> int:
          'slo={error_rate: "< 1%"}'],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=runs_dir)
     samples: list[tuple[float, float]] = []  # (seconds since the first rows, RSS MiB)
+    smaps_log: list[tuple[float, dict[str, list[int]]]] = []
     pid = run_dir = first_rows_s = None
     try:
         while cli.poll() is None:
@@ -147,6 +196,9 @@ def main() -> int:
                 if rss is not None:
                     samples.append((time.monotonic() - first_rows_s, rss,
                                     *heap_and_anonymous_mib(pid)))
+                if args.smaps_every and (not smaps_log or samples[-1][0] - smaps_log[-1][0]
+                                         >= args.smaps_every):
+                    smaps_log.append((samples[-1][0], anonymous_mappings(pid)))
         output = cli.stdout.read()
     finally:
         if cli.poll() is None:
@@ -180,6 +232,21 @@ def main() -> int:
     np.savetxt(runs_dir / "rss.csv", columns, delimiter=",", fmt="%.3f",
                header="seconds_since_first_rows,rss_mib,heap_mib,anonymous_mib")
     print(f"samples: {runs_dir / 'rss.csv'}")
+    if len(smaps_log) >= 2:
+        with open(runs_dir / "smaps.jsonl", "w") as out:
+            for at_s, mappings in smaps_log:
+                out.write(json.dumps({"seconds_since_first_rows": round(at_s, 1),
+                                      "mappings": mappings}) + "\n")
+        step = int(np.argmax(np.diff(rss))) + 1  # the sample after the largest RSS rise
+        before = max((i for i, (at_s, _) in enumerate(smaps_log) if at_s <= times[step - 1]),
+                     default=0)
+        after = min((i for i, (at_s, _) in enumerate(smaps_log) if at_s >= times[step]),
+                    default=len(smaps_log) - 1)
+        print(f"largest RSS step {rss[step] - rss[step - 1]:+.1f} MiB at {times[step]:.0f}s; "
+              f"anonymous mappings at {smaps_log[before][0]:.0f}s vs {smaps_log[after][0]:.0f}s:")
+        print("\n".join(mapping_changes(smaps_log[before][1], smaps_log[after][1])))
+        print(f"whole run, {smaps_log[0][0]:.0f}s vs {smaps_log[-1][0]:.0f}s:")
+        print("\n".join(mapping_changes(smaps_log[0][1], smaps_log[-1][1])))
     served = {rid: entry for rid, entry in read_record_log(record).items()
               if SUITE_ID.match(rid)}
     table = pq.read_table(run_dir / "samples.parquet", columns=["request_id", "ok"])

@@ -7,6 +7,7 @@ the file's keys.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,24 @@ def read_server_config(reference: str) -> dict[str, Any]:
                              f"server.served_model_name; host and port are its own)")
         flags[name] = value
     return flags
+
+
+def engine_args_to_argv(args: dict[str, Any]) -> list[str]:
+    """{'max-model-len': 2048, 'enable-chunked-prefill': False} ->
+    ['--max-model-len', '2048', '--no-enable-chunked-prefill'] (None drops a flag)."""
+    argv: list[str] = []
+    for name, value in args.items():
+        flag = f"--{name}"
+        if value is None:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append(f"--no-{name}")
+        elif isinstance(value, list):
+            argv.extend([flag, *(str(item) for item in value)])
+        elif isinstance(value, dict):
+            argv.extend([flag, json.dumps(value, separators=(",", ":"))])
+        else:
+            argv.extend([flag, str(value)])
+    return argv

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import re
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 
 from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
 from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_configs import engine_args_to_argv
 from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_start_failure
@@ -46,27 +46,6 @@ _CONFIG_REJECTION = re.compile(
     r"(vllm: error: .*|ValidationError.*|ValueError: .*|TypeError: .*|"
     r"unrecognized arguments: .*|pydantic_core\._pydantic_core\.ValidationError.*)"
 )
-
-
-def engine_args_to_argv(args: dict[str, Any]) -> list[str]:
-    """{'max-model-len': 2048, 'enable-chunked-prefill': False} ->
-    ['--max-model-len', '2048', '--no-enable-chunked-prefill'] (None drops a flag)."""
-    argv: list[str] = []
-    for name, value in args.items():
-        flag = f"--{name}"
-        if value is None:
-            continue
-        if value is True:
-            argv.append(flag)
-        elif value is False:
-            argv.append(f"--no-{name}")
-        elif isinstance(value, list):
-            argv.extend([flag, *(str(item) for item in value)])
-        elif isinstance(value, dict):
-            argv.extend([flag, json.dumps(value, separators=(",", ":"))])
-        else:
-            argv.extend([flag, str(value)])
-    return argv
 
 
 @dataclass(frozen=True, slots=True)

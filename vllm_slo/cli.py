@@ -1,6 +1,8 @@
 """`vllm-slo`: a thin command line over the library. `main(argv) -> int` only parses and calls.
 
     vllm-slo run scenario=chat [dotted.key=value ...]     (also: vllm-slo scenario=chat ...)
+    vllm-slo tune scenario=NAME [dotted.key=value ...]    search the scenario's tune space
+    vllm-slo tune --resume RUN_DIR                          continue an interrupted tune
     vllm-slo report RUN_DIR                                 re-render a run folder's outputs
     vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
     vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
@@ -68,6 +70,26 @@ def command_run(arguments: Sequence[str], runs_root: Path, say: Writer) -> int:
     return int(outcome.exit_code)
 
 
+def command_tune(arguments: Sequence[str], resume: Path | None, runs_root: Path,
+                 say: Writer) -> int:
+    from vllm_slo.tuner import resume_tune, run_tune  # heavy imports only when tuning
+
+    if resume is not None:
+        if arguments:
+            raise ScenarioError(f"--resume continues the tune in {resume} as it was started; "
+                                f"it takes no scenario or overrides (got {' '.join(arguments)})")
+        outcome = resume_tune(resume, say)
+    else:
+        scenario_ref, overrides = _split_run_arguments(arguments)
+        scenario, path = load_scenario(scenario_ref, overrides)
+        say(f"scenario {scenario.name} from {path}")
+        outcome = run_tune(scenario, runs_root, say)
+    say("\n" + outcome.rendered.text)
+    say(f"\ntune report: {outcome.rendered.report_path}")
+    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
+    return int(outcome.exit_code)
+
+
 def _percent(text: str) -> float:
     try:
         return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
@@ -85,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario")
     run.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
+    tune = sub.add_parser("tune", help="search a scenario's tune space over server args")
+    tune.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
+    tune.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                      help="continue an interrupted tune from its folder")
     report = sub.add_parser("report", help="re-render a run folder")
     report.add_argument("run_dir", type=Path)
     compare = sub.add_parser("compare", help="compare saved runs (first = baseline)")
@@ -138,6 +164,8 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     """Call the library for one parsed command; print its text; return its exit code."""
     if options.command == "run":
         return command_run(options.arguments, options.runs_dir, say)
+    if options.command == "tune":
+        return command_tune(options.arguments, options.resume, options.runs_dir, say)
     if options.command == "scenarios":
         say("\n".join(shipped_scenarios()))
         return ExitCode.PASS

@@ -100,3 +100,11 @@ def run_prefix_cache_hit_rate(records: Sequence[dict[str, Any]]) -> float | None
     both = np.isfinite(queries) & np.isfinite(hits)
     total_queries = float(queries[both].sum())
     return float(hits[both].sum()) / total_queries if total_queries > 0 else None
+
+
+def run_preemptions(records: Sequence[dict[str, Any]]) -> float | None:
+    """Requests vLLM preempted over the run (counter increments between scrapes, a reset
+    dropping its interval); None when the server exports no preemption counter."""
+    increments = _increments(metric_per_scrape(valid_scrapes(records),
+                                               "vllm:num_preemptions_total", "sum"))
+    return None if increments is None else float(np.nansum(increments))

@@ -1,0 +1,225 @@
+"""A tune's decisions as pure functions: the grid's candidates, each search step's next value
+and when a search stops, the ranking (one candidate is better than another only when the
+difference across trials is significant), the Pareto front of latency against throughput and
+the recommendation. The orchestration (servers, trials, folders) is `vllm_slo.tuner`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vllm_slo.reports.analysis.trial_statistics import Comparison, compare_trials, with_holm
+from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
+
+Args = Mapping[str, EngineArgValue]
+
+
+def grid_candidates(grid: Mapping[str, Sequence[EngineArgValue]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, the first flag varying slowest."""
+    flags = list(grid)
+    return [dict(zip(flags, values, strict=True))
+            for values in itertools.product(*(grid[flag] for flag in flags))]
+
+
+def args_key(args: Args) -> tuple[tuple[str, str], ...]:
+    """An order-free identity for a set of server args (two candidates with the same args are
+    one candidate)."""
+    return tuple(sorted((flag, repr(value)) for flag, value in args.items()))
+
+
+def search_start(search: SearchSpec, base_args: Args) -> float:
+    """The first value: a number, or the value of the named server arg (ValueError when the
+    base configuration does not set it)."""
+    if not isinstance(search.start, str):
+        return float(search.start)
+    value = base_args.get(search.start)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(
+            f"tune.search over {search.arg!r} starts from {search.start!r}, which the server "
+            f"args do not set to a number ({value!r}); set server.args.{search.start} or give "
+            f"start as a number")
+    return float(value)
+
+
+def _integral(value: float) -> bool:
+    return float(value).is_integer()
+
+
+def search_values(search: SearchSpec, start: float) -> list[int | float]:
+    """The values a search tries, in order: start, then times `factor` or plus `step`, while
+    at most `max` and for at most `max_steps` steps. Whole numbers stay ints (token counts,
+    sequence counts); fractions are rounded to 6 decimals (0.8 + 0.05 is 0.85)."""
+    whole = _integral(start) and (search.factor is None or _integral(search.factor)) and (
+        search.step is None or _integral(search.step))
+    values: list[int | float] = []
+    value = start
+    while len(values) < search.max_steps and (search.max is None or value <= search.max + 1e-9):
+        values.append(round(value) if whole else round(value, 6))
+        value = value * search.factor if search.factor is not None else value + search.step
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateResult:
+    """What a candidate's trials showed, as the tuner's decisions need it."""
+
+    name: str
+    args: Mapping[str, Any]  # the full server args this candidate ran with
+    changed: Mapping[str, Any]  # the args that differ from the scenario's own
+    origin: str  # "grid", "search 1 (max-num-seqs) step 2"
+    objective_values: tuple[float, ...]  # per valid trial
+    start_failures: tuple[str, ...] = ()  # per trial whose server did not come up
+    invalid_trials: int = 0  # trials that ran but whose measurement is invalid
+    slo_verdict: str = "none"  # PASS | FAIL | INCONCLUSIVE across trials; none: no SLO
+    preemptions: float | None = None  # vLLM's count over the trials; None: not exported
+    throughput_values: tuple[float, ...] = ()  # output tokens/s per valid trial
+    latency_values: tuple[float, ...] = ()  # the Pareto latency cell per valid trial
+
+    @property
+    def started(self) -> bool:
+        return not self.start_failures
+
+    @property
+    def median(self) -> float | None:
+        return float(np.median(self.objective_values)) if self.objective_values else None
+
+    @property
+    def eligible(self) -> bool:
+        """May be recommended: every server started, a valid trial, and no SLO failed."""
+        return self.started and bool(self.objective_values) and self.slo_verdict != "FAIL"
+
+    @property
+    def why_ineligible(self) -> str | None:
+        if not self.started:
+            return f"server did not start ({len(self.start_failures)} trial(s))"
+        if not self.objective_values:
+            return "no valid trial"
+        if self.slo_verdict == "FAIL":
+            return "an SLO failed"
+        return None
+
+
+def stop_reason(search: SearchSpec, steps: Sequence[CandidateResult]) -> str | None:
+    """Why a search stops after its latest step (None: go on). Conditions are checked in the
+    order `until` lists them; `no_gain` compares the latest step's objective median with the
+    previous step's."""
+    latest = steps[-1]
+    for condition in search.until:
+        if condition == "start_failure" and not latest.started:
+            return "the server did not start"
+        if condition == "preemptions" and (latest.preemptions or 0) > 0:
+            return f"vLLM preempted {latest.preemptions:g} request(s)"
+        if condition == "slo_fail" and latest.slo_verdict == "FAIL":
+            return "an SLO failed"
+        if condition == "no_gain" and len(steps) >= 2:
+            previous, now = steps[-2].median, latest.median
+            if now is None or (previous is not None and now <= previous):
+                return "the objective did not rise"
+    if not latest.started:  # nothing more can be learnt above a value that does not start
+        return "the server did not start"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFinding:
+    """What one search procedure found: its steps, why it stopped and the boundary value."""
+
+    index: int  # 1-based, in the scenario's order
+    arg: str
+    values: tuple[Any, ...]  # the values tried, in order
+    candidates: tuple[str, ...]  # the candidate each value ran as
+    stop: str  # why it stopped ("reached max_steps or max" when no condition held)
+    boundary: Any  # the last value before the stop condition held; None: none passed
+    boundary_candidate: str | None
+
+
+def search_finding(index: int, search: SearchSpec, values: Sequence[Any],
+                   steps: Sequence[CandidateResult], stopped: str | None) -> SearchFinding:
+    """The boundary is the last step before the one that stopped the search (for no_gain: the
+    step before it, the best of the climb); with no stop, the last step tried."""
+    names = tuple(step.name for step in steps)
+    if stopped is None:
+        last = len(steps) - 1
+        reason = "tried every value (max_steps or max reached)"
+    else:
+        last = len(steps) - 2
+        reason = stopped
+    boundary = values[last] if last >= 0 else None
+    return SearchFinding(index, search.arg, tuple(values[:len(steps)]), names, reason,
+                         boundary, names[last] if last >= 0 else None)
+
+
+@dataclass(frozen=True, slots=True)
+class RankEntry:
+    rank: int  # 1 = best median among the eligible; ineligible candidates rank after them
+    name: str
+    median: float | None
+    eligible: bool
+    why_ineligible: str | None
+    # against the best candidate (None for the best itself and the ineligible): ratio of this
+    # candidate's objective to the best's with its interval, p adjusted (Holm over the family)
+    versus_best: Comparison | None = None
+
+    @property
+    def standing(self) -> str:
+        if not self.eligible:
+            return f"not eligible: {self.why_ineligible}"
+        if self.versus_best is None:
+            return "best median"
+        if self.versus_best.significant:
+            return "significantly worse than the best"
+        if not self.versus_best.testable:
+            return "~ too few trials to tell from the best"
+        return "~ not significantly different from the best"
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    entries: tuple[RankEntry, ...]
+    alpha: float
+    best: str | None  # the recommendation: best median among the eligible
+    tied_with_best: tuple[str, ...] = field(default=())  # eligible, not significantly worse
+
+
+def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05) -> Ranking:
+    """Eligible candidates by objective median (higher is better), each compared with the
+    best on per-trial values (Mann-Whitney U, Hodges-Lehmann ratio interval, Holm over all
+    comparisons with the best); then the ineligible, in the order given."""
+    eligible = sorted((c for c in candidates if c.eligible), key=lambda c: -(c.median or 0.0))
+    others = [c for c in candidates if not c.eligible]
+    if not eligible:
+        entries = tuple(RankEntry(i, c.name, c.median, False, c.why_ineligible)
+                        for i, c in enumerate(others, start=1))
+        return Ranking(entries, alpha, None)
+    best = eligible[0]
+    comparisons = with_holm([compare_trials(np.array(best.objective_values),
+                                            np.array(c.objective_values), alpha)
+                             for c in eligible[1:]])
+    entries = [RankEntry(1, best.name, best.median, True, None)]
+    entries += [RankEntry(i, c.name, c.median, True, None, comparison)
+                for i, (c, comparison) in enumerate(zip(eligible[1:], comparisons, strict=True),
+                                                    start=2)]
+    entries += [RankEntry(len(eligible) + i, c.name, c.median, False, c.why_ineligible)
+                for i, c in enumerate(others, start=1)]
+    tied = tuple(e.name for e in entries[1:] if e.eligible and not e.versus_best.significant)
+    return Ranking(tuple(entries), alpha, best.name, tied)
+
+
+def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
+    """Names whose (throughput, latency) no other point beats on both (higher throughput,
+    lower latency), by ascending latency. NaN points are never on the front."""
+    finite = {n: p for n, p in points.items() if all(math.isfinite(v) for v in p)}
+    front = [name for name, (tput, lat) in finite.items()
+             if not any(t >= tput and lt <= lat and (t > tput or lt < lat)
+                        for other, (t, lt) in finite.items() if other != name)]
+    return sorted(front, key=lambda name: finite[name][1])
+
+
+def median_or_nan(values: Sequence[float]) -> float:
+    return float(np.median(values)) if len(values) else float("nan")

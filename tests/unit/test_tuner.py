@@ -1,0 +1,107 @@
+"""The tune's orchestration (vllm_slo/tuner.py) with its trials replaced by made-up results:
+grid trials interleaved, each search started from the best candidate so far, a step equal to
+an earlier candidate not run again, the stop and its boundary, and the errors a user can
+make. Real servers and trials: tests/integration/test_tune_vllm_cpu.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_slo import tuner
+from vllm_slo.reports.analysis.tuning import CandidateResult
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.model import Scenario
+
+SCENARIO = {
+    "name": "t", "server": {"model": "tiny", "args": {"max-model-len": 2048}},
+    "slo": {"e2e": ["p50 < 5s"]},
+    "tune": {"trials": 2, "grid": {"max-num-seqs": [2, 8],
+                                   "enable-prefix-caching": [True, False]},
+             "search": [{"arg": "max-num-seqs", "start": 4, "factor": 2, "max": 64,
+                         "until": ["slo_fail"]}]},
+}
+
+
+class FakeTune(tuner.Tune):
+    """Trials recorded, not run; a candidate's goodput is its max-num-seqs (+0.5 with prefix
+    caching) and its SLO fails from 16 sequences on."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trials_run: list[tuple[str, int]] = []
+
+    def _trial(self, candidate, trial) -> None:
+        self.trials_run.append((candidate.name, trial))
+
+    def result(self, candidate) -> CandidateResult:
+        seqs = candidate.args["max-num-seqs"]
+        goodput = seqs + (0.5 if candidate.args.get("enable-prefix-caching") else 0.0)
+        return CandidateResult(candidate.name, candidate.args, candidate.changed,
+                               candidate.origin, (goodput, goodput + 0.1), (), 0,
+                               "FAIL" if seqs >= 16 else "PASS", 0.0,
+                               (100.0 * goodput,) * 2, (1.0 / goodput,) * 2)
+
+
+@pytest.fixture(autouse=True)
+def no_vllm(monkeypatch) -> None:
+    monkeypatch.setattr(tuner, "validate_server_args", lambda specs, platform: None)
+    monkeypatch.setattr(tuner, "resolve_model_path", lambda spec: "/models/tiny")
+
+
+def test_grid_then_search_from_the_best(tmp_path: Path) -> None:
+    tune = FakeTune(Scenario.model_validate(SCENARIO), tmp_path, lambda text: None)
+    outcome = tune.run()
+X
+    # with prefix caching: kept, not run again), 16 (new, its SLO fails: the search stops)
+    assert tune.trials_run == [("c01", 1), ("c02", 1), ("c03", 1), ("c04", 1),
+                               ("c04", 2), ("c03", 2), ("c02", 2), ("c01", 2),
+                               ("c05", 1), ("c05", 2), ("c06", 1), ("c06", 2)]
+    assert tune.candidates["c03"].args == {"max-model-len": 2048, "max-num-seqs": 8,
+                                           "enable-prefix-caching": True}
+    assert tune.candidates["c05"].changed == {"max-num-seqs": 4, "enable-prefix-caching": True}
+    assert tune.candidates["c06"].changed == {"max-num-seqs": 16, "enable-prefix-caching": True}
+    document = json.loads((tmp_path / "tune.json").read_text())
+    (search,) = document["searches"]
+    assert search["values"] == [4, 8, 16] and search["candidates"] == ["c05", "c03", "c06"]
+    assert (search["boundary"], search["boundary_candidate"]) == (8, "c03")
+    assert search["stop"] == "an SLO failed"
+    assert document["recommended"]["candidate"] == "c03"
+    assert document["recommended"]["command"] == (
+        "vllm serve /models/tiny --max-model-len 2048 --max-num-seqs 8 --enable-prefix-caching")
+    assert outcome.exit_code == 0
+    saved = json.loads((tmp_path / "candidates.json").read_text())
+    assert list(saved) == ["c01", "c02", "c03", "c04", "c05", "c06"]
+    assert saved["c06"]["origin"] == "search 1 (max-num-seqs) step 3"
+
+
+def test_a_search_alone_starts_from_the_scenarios_own_args(tmp_path: Path) -> None:
+    document = {**SCENARIO, "tune": {"trials": 1, "search": [
+        {"arg": "max-num-seqs", "start": 2, "factor": 2, "until": ["slo_fail"]}]}}
+    tune = FakeTune(Scenario.model_validate(document), tmp_path, lambda text: None)
+    tune.run()
+    assert [args["max-num-seqs"] for args in (c.args for c in tune.candidates.values())] == \
+        [2, 4, 8, 16]
+    assert json.loads((tmp_path / "tune.json").read_text())["searches"][0]["boundary"] == 8
+
+
+def test_a_search_from_an_unset_arg_is_a_usage_error(tmp_path: Path) -> None:
+    document = {**SCENARIO, "tune": {"search": [
+        {"arg": "max-num-batched-tokens", "start": "max-num-seqs", "factor": 2,
+         "until": ["preemptions"]}]}}
+    tune = FakeTune(Scenario.model_validate(document), tmp_path, lambda text: None)
+    with pytest.raises(ScenarioError, match=r"tune.search\[0\].*max-num-seqs"):
+        tune.run()
+
+
+def test_tune_needs_a_tune_section_and_a_launched_server(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="no tune section"):
+        tuner.run_tune(Scenario.model_validate({"name": "t"}), tmp_path)
+    attached = {**SCENARIO, "server": {"url": "http://127.0.0.1:8000"}}
+    with pytest.raises(ScenarioError, match="attach mode"):
+        tuner.run_tune(Scenario.model_validate(attached), tmp_path)
+    assert list(tmp_path.iterdir()) == []  # refused before a folder was made
+    with pytest.raises(ScenarioError, match="not a tune folder"):
+        tuner.resume_tune(tmp_path)

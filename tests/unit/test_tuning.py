@@ -1,0 +1,187 @@
+"""The tune's decisions (reports/analysis/tuning.py) and its outputs (reports/tune_report.py)
+on made-up candidate results: grid order, search values and stops, the ranking's significance,
+the Pareto front, the recommendation and the exit code; the tune section's validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from vllm_slo.reports.analysis.tuning import (
+    CandidateResult,
+    grid_candidates,
+    pareto_front,
+    rank_candidates,
+    search_finding,
+    search_start,
+    search_values,
+    stop_reason,
+)
+from vllm_slo.reports.tune_report import TuneResult, build_tune, write_tune
+from vllm_slo.scenarios.model import Scenario, SearchSpec
+
+
+def result(name: str, values: tuple[float, ...], *, verdict: str = "PASS",
+           failures: tuple[str, ...] = (), preemptions: float | None = 0.0,
+           throughput: tuple[float, ...] = (), latency: tuple[float, ...] = (),
+           args: dict | None = None) -> CandidateResult:
+    args = args or {"max-num-seqs": int(name[1:])}
+    return CandidateResult(name, args, args, "grid", values, failures, 0, verdict, preemptions,
+                           throughput or tuple(100 * v for v in values),
+                           latency or tuple(0.1 for _ in values))
+
+
+def search(**fields) -> SearchSpec:
+    return SearchSpec.model_validate({"arg": "max-num-seqs", "start": 64, "factor": 2,
+                                      "until": ["slo_fail"], **fields})
+
+
+def test_grid_is_every_combination_first_flag_slowest() -> None:
+    assert grid_candidates({"block-size": [16, 32], "enforce-eager": [True, False]}) == [
+        {"block-size": 16, "enforce-eager": True}, {"block-size": 16, "enforce-eager": False},
+        {"block-size": 32, "enforce-eager": True}, {"block-size": 32, "enforce-eager": False}]
+
+
+def test_search_values_double_or_step_and_respect_max() -> None:
+    assert search_values(search(max=512), 64) == [64, 128, 256, 512]
+    assert search_values(search(max_steps=3), 64) == [64, 128, 256]
+    stepped = SearchSpec(arg="gpu-memory-utilization", start=0.8, step=0.05, max=0.95,
+                         until=["start_failure"])
+    assert search_values(stepped, 0.8) == [0.8, 0.85, 0.9, 0.95]
+    assert all(isinstance(v, int) for v in search_values(search(max=512), 64))
+
+
+def test_search_starts_from_another_arg_or_says_why_not() -> None:
+    spec = search(arg="max-num-batched-tokens", start="max-model-len")
+    assert search_start(spec, {"max-model-len": 4096}) == 4096.0
+    with pytest.raises(ValueError, match="max-model-len.*do not set"):
+        search_start(spec, {})
+
+
+def test_search_stops_on_its_conditions_in_order() -> None:
+    spec = search(until=["preemptions", "slo_fail", "no_gain"])
+    assert stop_reason(spec, [result("c1", (1.0,))]) is None
+    assert "preempted 3" in stop_reason(spec, [result("c1", (1.0,), preemptions=3)])
+    assert stop_reason(spec, [result("c1", (1.0,), verdict="FAIL")]) == "an SLO failed"
+    assert stop_reason(spec, [result("c1", (2.0,)), result("c2", (1.5,))]) == \
+        "the objective did not rise"
+    assert stop_reason(spec, [result("c1", (1.0,)), result("c2", (1.5,))]) is None
+    # a server that does not start ends every search: nothing is learnt above it
+    assert stop_reason(spec, [result("c1", (), failures=("OOM",))]) == \
+        "the server did not start"
+
+
+def test_finding_is_the_last_step_before_the_stop() -> None:
+    spec = search(until=["slo_fail"])
+    steps = [result("c1", (1.0,)), result("c2", (2.0,)), result("c4", (3.0,), verdict="FAIL")]
+    finding = search_finding(1, spec, [64, 128, 256, 512], steps, "an SLO failed")
+    assert (finding.boundary, finding.boundary_candidate) == (128, "c2")
+    assert finding.values == (64, 128, 256)
+    unstopped = search_finding(1, spec, [64, 128], steps[:2], None)
+    assert (unstopped.boundary, unstopped.boundary_candidate) == (128, "c2")
+    first = search_finding(1, spec, [64], [steps[2]], "an SLO failed")
+    assert first.boundary is None and first.boundary_candidate is None
+
+
+def test_ranking_calls_a_candidate_worse_only_when_trials_show_it() -> None:
+    clear = rank_candidates([result("c1", (10.0, 10.2, 10.1, 9.9, 10.3)),
+                             result("c2", (5.0, 5.1, 4.9, 5.2, 5.0))])
+    assert clear.best == "c1" and clear.tied_with_best == ()
+    assert clear.entries[1].versus_best.significant
+    assert clear.entries[1].standing == "significantly worse than the best"
+    ratio = clear.entries[1].versus_best.ratio
+    assert ratio.ci_low < 0.5 < ratio.ci_high < 1.0
+    # two trials each can never be significant: ordered by median, called a tie
+    close = rank_candidates([result("c1", (5.0, 5.2)), result("c2", (5.3, 5.1))])
+    assert close.best == "c2" and close.tied_with_best == ("c1",)
+    assert close.entries[1].standing.startswith("~ too few trials")
+
+
+def test_ineligible_candidates_are_never_recommended() -> None:
+    ranking = rank_candidates([result("c1", (9.0, 9.0)), result("c2", (20.0, 21.0),
+                                                               verdict="FAIL"),
+                               result("c3", (), failures=("CUDA out of memory",))])
+    assert ranking.best == "c1"
+    assert [(e.name, e.eligible) for e in ranking.entries] == [
+        ("c1", True), ("c2", False), ("c3", False)]
+    assert ranking.entries[1].why_ineligible == "an SLO failed"
+    assert ranking.entries[2].why_ineligible.startswith("server did not start")
+    assert rank_candidates([result("c2", (1.0,), verdict="FAIL")]).best is None
+
+
+def test_pareto_front_keeps_only_undominated_points() -> None:
+    points = {"a": (100.0, 0.5), "b": (200.0, 0.8), "c": (150.0, 0.9), "d": (50.0, 0.4),
+              "e": (float("nan"), 0.1)}
+    assert pareto_front(points) == ["d", "a", "b"]  # c: b has more throughput, less latency
+
+
+def test_tune_section_is_validated() -> None:
+    base = {"name": "t"}
+    with pytest.raises(ValidationError, match="grid.*or a search"):
+        Scenario.model_validate({**base, "tune": {}})
+    with pytest.raises(ValidationError, match="exactly one of factor"):
+        Scenario.model_validate({**base, "tune": {"search": [
+            {"arg": "max-num-seqs", "start": 4, "factor": 2, "step": 1, "until": ["slo_fail"]}]}})
+    with pytest.raises(ValidationError, match="repeats a value"):
+        Scenario.model_validate({**base, "tune": {"grid": {"block-size": [16, 16]}}})
+    with pytest.raises(ValidationError, match="lists no values"):
+        Scenario.model_validate({**base, "tune": {"grid": {"block-size": []}}})
+    with pytest.raises(ValidationError, match="more than max_candidates"):
+        Scenario.model_validate({**base, "tune": {"max_candidates": 3, "grid": {
+            "block-size": [16, 32], "max-num-seqs": [1, 2]}}})
+    with pytest.raises(ValidationError, match="until"):
+        Scenario.model_validate({**base, "tune": {"search": [
+            {"arg": "max-num-seqs", "start": 4, "factor": 2, "until": ["banana"]}]}})
+    with pytest.raises(ValidationError, match="do not mix"):
+        Scenario.model_validate({**base, "variants": {"a": {}},
+                                 "tune": {"grid": {"block-size": [16]}}})
+    ok = Scenario.model_validate({**base, "tune": {"grid": {"block-size": [16, 32]}}})
+    assert "tune" not in Scenario.model_validate({**base}).to_yaml_dict()
+    assert Scenario.model_validate(ok.to_yaml_dict()) == ok
+
+
+def tune_result(candidates: list[CandidateResult], interrupted: bool = False) -> TuneResult:
+    scenario = Scenario.model_validate({
+        "name": "t", "slo": {"ttft": ["p50 < 1s"]},
+        "tune": {"grid": {"max-num-seqs": [2, 8]}, "trials": 4}})
+    return TuneResult(scenario, "20261201T000000Z-t-tune", 4, candidates, [], "ttft.p50",
+                      "output_throughput.mean", interrupted, "/models/tiny")
+
+
+def test_tune_outputs_rank_recommend_and_write_a_config(tmp_path: Path) -> None:
+    candidates = [result("c2", (5.0, 5.1, 5.2, 4.9), args={"max-num-seqs": 2, "block-size": 128}),
+                  result("c8", (9.0, 9.1, 9.3, 8.8), args={"max-num-seqs": 8, "block-size": 128})]
+    document, text, view = build_tune(tune_result(candidates))
+    assert document["recommended"]["candidate"] == "c8"
+    assert document["recommended"]["command"] == \
+        "vllm serve /models/tiny --max-num-seqs 8 --block-size 128"
+    assert document["exit_code"] == 0
+    assert [r["name"] for r in document["ranking"]] == ["c8", "c2"]
+    # 4 + 4 trials can reach p < 0.05 (3 + 3 cannot): the worse one is significantly worse
+    assert document["ranking"][1]["ratio_to_best"]["significant"]
+    assert "recommended: c8" in text and "vllm serve /models/tiny" in text
+    assert view.command == document["recommended"]["command"]
+    assert not any("can never show" in w for w in document["warnings"])
+    _, _, two = build_tune(tune_result([result("c2", (5.0, 5.1)), result("c8", (9.0, 9.1))]))
+    assert any("can never show a significant difference" in w for w in two.warnings)
+    written = write_tune(tmp_path, tune_result(candidates))  # no trial folders: no experiment
+    assert json.loads(written.summary_path.read_text()) == written.summary
+    assert (tmp_path / "recommended-command.txt").read_text().startswith("vllm serve")
+    config = (tmp_path / "recommended.yaml").read_text()
+    assert "max-num-seqs: 8" in config and "block-size: 128" in config
+    assert "c8" in written.report_path.read_text()
+
+
+def test_tune_exit_codes() -> None:
+    failing = [result("c2", (5.0,), verdict="FAIL"), result("c8", (9.0,), verdict="FAIL")]
+    assert build_tune(tune_result(failing))[0]["exit_code"] == 1
+    assert build_tune(tune_result(failing))[0]["recommended"] is None
+    unclear = [result("c2", (5.0,), verdict="INCONCLUSIVE")]
+    assert build_tune(tune_result(unclear))[0]["exit_code"] == 3
+    assert build_tune(tune_result([result("c2", (5.0,))], interrupted=True))[0][
+        "exit_code"] == 4
+    none_started = [result("c2", (), failures=("KV cache too small",))]
+    assert build_tune(tune_result(none_started))[0]["exit_code"] == 4

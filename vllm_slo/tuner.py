@@ -1,0 +1,318 @@
+"""`vllm-slo tune scenario=NAME`: search a scenario's `tune` space over server args. Every
+candidate runs as trials on fresh servers (grid candidates interleaved A B B A ...), the
+guides' procedures step one arg at a time from the best candidate so far until a stop
+condition holds, and the candidates are ranked by the objective with significance across
+trials (reports/analysis/tuning.py decides; reports/tune_report.py writes).
+
+    runs/<stamp>-<name>-tune/tune.yaml                   the scenario as given (tune included)
+    runs/<stamp>-<name>-tune/trials/<NNN>-<cNN>-<k>/     one run folder per trial
+    runs/<stamp>-<name>-tune/candidates.json             cNN -> server args, where it came from
+    runs/<stamp>-<name>-tune/scenario.yaml|summary.json|report.html   the candidates as an
+        experiment (per-candidate SLO verdicts, comparisons, every trial)
+    runs/<stamp>-<name>-tune/tune.json|tune.html         ranking, Pareto front, search log
+    runs/<stamp>-<name>-tune/recommended.yaml|recommended-command.txt
+
+Resumable: `vllm-slo tune --resume RUN_DIR` replays the same decisions from the trials on disk
+(they are deterministic given the trials' results) and runs only the trials that are missing;
+a trial cut short is run again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_slo.experiment_runner import trial_folder_name, trial_order
+from vllm_slo.reports.analysis.comparison import Group
+from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
+from vllm_slo.reports.analysis.server_metrics import run_preemptions
+from vllm_slo.reports.analysis.tuning import (
+    CandidateResult,
+    SearchFinding,
+    args_key,
+    grid_candidates,
+    rank_candidates,
+    search_finding,
+    search_start,
+    search_values,
+    stop_reason,
+)
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
+from vllm_slo.reports.trial_folders import load_trial
+from vllm_slo.reports.tune_report import TuneResult, write_tune
+from vllm_slo.runner import Printer, RunOutcome, new_run_dir, platform_of, run_trial
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.loader import deep_merge, resolve_variants
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import (
+    CANDIDATES_FILE,
+    SERVER_METRICS_FILE,
+    START_FAILURE_FILE,
+    SUMMARY_FILE,
+    TRIALS_DIR,
+    TUNE_SCENARIO_FILE,
+)
+from vllm_slo.servers.vllm_args import validate_server_args
+from vllm_slo.servers.vllm_server import resolve_model_path
+
+OBJECTIVE_PATHS = {  # where each objective sits in a trial's summary.json
+    "goodput": ("goodput", "requests_per_s", "value"),
+    "output_throughput": ("throughput", "output_tokens_per_s", "value"),
+    "request_throughput": ("throughput", "requests_per_s", "value"),
+}
+THROUGHPUT_CELL = "output_throughput.mean"
+
+
+class _Interrupted(Exception):
+    """A trial was interrupted (Ctrl-C, SIGTERM): no further trials."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    name: str  # c01, c02, ... in the order they were first needed
+    args: dict[str, Any]  # the complete `vllm serve` args
+    changed: dict[str, Any]  # what differs from the scenario's own server args
+    origin: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"args": self.args, "changed": self.changed, "origin": self.origin}
+
+
+def latency_cell(scenario: Scenario) -> str:
+    """The Pareto front's latency axis: tune.latency_cell, else the first latency SLO's
+    cell, else e2e.p50."""
+    if scenario.tune is not None and scenario.tune.latency_cell:
+        return scenario.tune.latency_cell
+    for rule in scenario.slo.rules():
+        if rule.metric in ("ttft", "itl", "tpot", "e2e"):
+            return f"{rule.metric}.{rule.statistic}"
+    return "e2e.p50"
+
+
+def _trial_complete(folder: Path) -> bool:
+    if (folder / START_FAILURE_FILE).is_file():
+        return True
+    summary = folder / SUMMARY_FILE
+    if not summary.is_file():
+        return False
+    return INTERRUPTED_REASON not in json.loads(summary.read_text())["invalid_reasons"]
+
+
+def _objective_value(folder: Path, objective: str) -> float | None:
+    value: Any = json.loads((folder / SUMMARY_FILE).read_text())
+    for key in OBJECTIVE_PATHS[objective]:
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _verdict(verdicts: list[str]) -> str:
+    if not verdicts:
+        return "none"
+    if "FAIL" in verdicts:
+        return "FAIL"
+    return "PASS" if all(v == "PASS" for v in verdicts) else "INCONCLUSIVE"
+
+
+class Tune:
+    """One tune folder's search, run or replayed (resume)."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path, say: Printer):
+        if scenario.tune is None:
+            raise ScenarioError(f"scenario {scenario.name!r} has no tune section: add "
+                                "tune: {grid: {FLAG: [VALUES]}} or tune: {search: [...]} "
+                                "(docs/tuning.md)")
+        if scenario.server.url is not None:
+            raise ScenarioError(f"scenario {scenario.name!r}: tune launches a server per trial "
+                                f"with each candidate's args; server.url (attach mode) cannot "
+                                f"change a running server's args")
+        self.scenario, self.spec, self.run_dir, self.say = scenario, scenario.tune, run_dir, say
+        self.base = resolve_variants(scenario)[""]
+        self.base_args = dict(self.base.server.engine_args)
+        self.trials_per_candidate = self.spec.trials or scenario.trials
+        self.platform = platform_of(scenario.server)
+        self.candidates: dict[str, Candidate] = {}
+        self.by_args: dict[tuple[tuple[str, str], ...], str] = {}
+        self.folders: dict[str, list[Path]] = {}
+        self.results: dict[str, CandidateResult] = {}
+        self.findings: list[SearchFinding] = []
+        self.position = 0
+        self.ran = self.reused = 0
+
+    # candidates -------------------------------------------------------------------------
+
+    def candidate(self, args: dict[str, Any], origin: str) -> Candidate:
+        """The candidate with these args: an existing one, or a new one (checked by vLLM's
+        argument parser before it runs)."""
+        key = args_key(args)
+        if key in self.by_args:
+            return self.candidates[self.by_args[key]]
+        if len(self.candidates) >= self.spec.max_candidates:
+            raise ScenarioError(f"the tune needs more than tune.max_candidates = "
+                                f"{self.spec.max_candidates} candidates")
+        name = f"c{len(self.candidates) + 1:02d}"
+        changed = {flag: value for flag, value in args.items()
+                   if flag not in self.base_args or repr(self.base_args[flag]) != repr(value)}
+        candidate = Candidate(name, dict(args), changed, origin)
+        validate_server_args([(name, self.arm(candidate).server)], self.platform)
+        self.candidates[name] = candidate
+        self.by_args[key] = name
+        self.folders[name] = []
+        self._save_candidates()
+        return candidate
+
+    def arm(self, candidate: Candidate) -> Scenario:
+        """The base scenario with this candidate's server args."""
+        document = deep_merge(self.base.to_yaml_dict(), {"server": {"args": candidate.changed}})
+        return Scenario.model_validate(document)
+
+    def _save_candidates(self) -> None:
+        document = {name: c.to_json_dict() for name, c in self.candidates.items()}
+        (self.run_dir / CANDIDATES_FILE).write_text(
+            json.dumps(redact_secrets(document), indent=2) + "\n")
+
+    # trials -----------------------------------------------------------------------------
+
+    def run_trials(self, candidates: list[Candidate]) -> None:
+        """Each candidate's trials, interleaved in a balanced order; a candidate that already
+        ran (a search step equal to a grid point) is not run again."""
+        fresh = [c for c in candidates if c.name not in self.results]
+        for name, trial in trial_order([c.name for c in fresh], self.trials_per_candidate):
+            self._trial(self.candidates[name], trial)
+        for candidate in fresh:
+            self.results[candidate.name] = self.result(candidate)
+
+    def _trial(self, candidate: Candidate, trial: int) -> None:
+        self.position += 1
+        folder = self.run_dir / TRIALS_DIR / trial_folder_name(self.position, candidate.name,
+                                                               trial)
+        self.folders[candidate.name].append(folder)
+        label = f"trial {self.position}: {candidate.name} #{trial} ({_args_text(candidate)})"
+        if _trial_complete(folder):
+            self.reused += 1
+            self.say(f"{label}: done before, kept")
+            return
+        if folder.exists():  # cut short: run it again from the start
+            shutil.rmtree(folder)
+        self.say(f"\n=== {label} ===")
+        self.ran += 1
+        try:
+            _, rendered = run_trial(self.arm(candidate), folder, self.say)
+        except ServerError as error:  # OOM, KV cache too small, a config vLLM refuses
+            (folder / START_FAILURE_FILE).write_text(json.dumps({"error": str(error)}) + "\n")
+            self.say(f"{candidate.name}: the server did not start:\n{error}")
+            return
+        if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
+            raise _Interrupted
+
+    def result(self, candidate: Candidate) -> CandidateResult:
+        """What the candidate's trial folders show."""
+        failures, trials, preemptions = [], [], []
+        objective_values = []
+        for folder in self.folders[candidate.name]:
+            if (folder / START_FAILURE_FILE).is_file():
+                failures.append(json.loads((folder / START_FAILURE_FILE).read_text())["error"])
+                continue
+            trial = load_trial(folder, candidate.name, int(folder.name.split("-", 1)[0]))
+            trials.append(trial)
+            count = run_preemptions(read_server_metrics(folder / SERVER_METRICS_FILE))
+            if count is not None:
+                preemptions.append(count)
+            value = _objective_value(folder, self.spec.objective) if trial.valid else None
+            if value is not None:
+                objective_values.append(value)
+        group = Group(candidate.name, tuple(trials))
+        verdicts = ([slo_across_trials(group, rule).verdict.value
+                     for rule in self.base.slo.rules()] if group.valid_trials else [])
+        return CandidateResult(
+            candidate.name, candidate.args, candidate.changed, candidate.origin,
+            tuple(objective_values),
+            tuple(failures), sum(1 for t in trials if not t.valid), _verdict(verdicts),
+            sum(preemptions) if preemptions else None,
+            tuple(group.values(THROUGHPUT_CELL)), tuple(group.values(latency_cell(self.base))))
+
+    # the search -------------------------------------------------------------------------
+
+    def incumbent_args(self) -> dict[str, Any]:
+        """The best candidate's args so far; the scenario's own before any candidate ran."""
+        ranking = rank_candidates(list(self.results.values()), self.scenario.compare.alpha)
+        return dict(self.candidates[ranking.best].args) if ranking.best else dict(self.base_args)
+
+    def search(self) -> None:
+        if self.spec.grid:
+            grid = [self.candidate({**self.base_args, **point}, "grid")
+                    for point in grid_candidates(self.spec.grid)]
+            self.say(f"grid: {len(grid)} candidate(s) × {self.trials_per_candidate} trial(s)")
+            self.run_trials(grid)
+        for index, search in enumerate(self.spec.search, start=1):
+            start_args = self.incumbent_args()
+            try:
+                values = search_values(search, search_start(search, start_args))
+            except ValueError as error:
+                raise ScenarioError(f"tune.search[{index - 1}]: {error}") from None
+            self.say(f"search {index}: {search.arg} over {values} until "
+                     f"{' or '.join(search.until)}")
+            steps, stopped = [], None
+            for step, value in enumerate(values, start=1):
+                candidate = self.candidate({**start_args, search.arg: value},
+                                           f"search {index} ({search.arg}) step {step}")
+                self.run_trials([candidate])
+                steps.append(self.results[candidate.name])
+                stopped = stop_reason(search, steps)
+                if stopped:
+                    self.say(f"search {index} stops at {search.arg}={value}: {stopped}")
+                    break
+            self.findings.append(search_finding(index, search, values, steps, stopped))
+
+    def run(self) -> RunOutcome:
+        interrupted = False
+        try:
+            self.search()
+        except _Interrupted:
+            interrupted = True
+            self.say(f"interrupted: no further trials; continue with\n  vllm-slo tune --resume "
+                     f"{self.run_dir}")
+            for name in self.candidates:  # what the trials so far show, for the report
+                if name not in self.results and self.folders[name]:
+                    self.folders[name] = [f for f in self.folders[name] if _trial_complete(f)]
+                    self.results[name] = self.result(self.candidates[name])
+        self.say(f"\ntune: {self.ran} trial(s) run, {self.reused} kept from before")
+        result = TuneResult(
+            self.scenario, self.run_dir.name, self.trials_per_candidate,
+            [self.results[name] for name in self.candidates if name in self.results],
+            self.findings, latency_cell(self.base), THROUGHPUT_CELL, interrupted,
+            resolve_model_path(self.base.server))
+        rendered = write_tune(self.run_dir, result)
+        return RunOutcome(self.run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+
+
+def _args_text(candidate: Candidate) -> str:
+    return " ".join(f"{flag}={value}" for flag, value in candidate.changed.items()) or "as given"
+
+
+def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+    """A new tune folder for the scenario's tune section, searched to its end."""
+    tune = Tune(scenario, Path(), say)  # checks the tune section before a folder exists
+    validate_server_args([("", tune.base.server)], tune.platform)
+    run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
+    (run_dir / TUNE_SCENARIO_FILE).write_text(
+        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+    tune.run_dir = run_dir
+    say(f"tune folder: {run_dir}")
+    return tune.run()
+
+
+def resume_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
+    """Continue an interrupted tune from its folder: completed trials are kept."""
+    path = run_dir / TUNE_SCENARIO_FILE
+    if not path.is_file():
+        raise ScenarioError(f"{run_dir} is not a tune folder (no {TUNE_SCENARIO_FILE}); "
+                            "start one with vllm-slo tune scenario=NAME")
+    scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
+    say(f"resuming tune {run_dir}")
+    return Tune(scenario, run_dir.resolve(), say).run()
