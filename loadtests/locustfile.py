@@ -29,6 +29,7 @@ from pathlib import Path
 
 import gevent
 import numpy as np
+import pyarrow as pa
 from gevent.event import Event
 from locust import User, constant, events, task
 from locust.exception import StopUser
@@ -49,6 +50,7 @@ from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.servers.http_stream import HttpStreamClient
 
 FLUSH_INTERVAL_S = 1.0
+ARROW_POOL = pa.default_memory_pool()
 BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: doubling waits
 BACKOFF_MAX_S = 2.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
@@ -167,6 +169,10 @@ class _Run:
     def flush(self) -> None:
         if self.writer is not None:
             self.writer.flush()
+            # hand the batch's freed pages back: Arrow's allocator (mimalloc here) otherwise
+            # keeps them, and a 25-minute soak saw its arena's resident memory step up by
+            # 9 MiB, all of the process's growth (docs/reliability.md); ~2 us a call
+            ARROW_POOL.release_unused()
         self.last_flush_perf_s = time.perf_counter()
 
     def _flush_forever(self) -> None:

@@ -148,6 +148,15 @@ def report_saved_run(run_dir: Path) -> CommandResult:
     each trial's outputs first, then its own."""
     if not run_dir.is_dir():
         raise ScenarioError(f"run folder {run_dir} does not exist")
+    from vllm_slo.tuner import is_tune, report_tune
+
+    if is_tune(run_dir):
+        for trial_dir, _, _ in trial_folders(run_dir) if is_experiment(run_dir) else []:
+            render_run(trial_dir)
+        outcome = report_tune(run_dir, say=lambda text: None)
+        return CommandResult(f"{outcome.rendered.text}\n\ntune report: "
+                             f"{outcome.rendered.report_path}", outcome.exit_code,
+                             outcome.rendered.report_path)
     if is_experiment(run_dir):
         for trial_dir, _, _ in trial_folders(run_dir):
             render_run(trial_dir)

@@ -122,7 +122,8 @@ def _verdict(verdicts: list[str]) -> str:
 class Tune:
     """One tune folder's search, run or replayed (resume)."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, say: Printer):
+    def __init__(self, scenario: Scenario, run_dir: Path, say: Printer,
+                 run_missing: bool = True):
         if scenario.tune is None:
             raise ScenarioError(f"scenario {scenario.name!r} has no tune section: add "
                                 "tune: {grid: {FLAG: [VALUES]}} or tune: {search: [...]} "
@@ -143,12 +144,23 @@ class Tune:
         self.findings: list[SearchFinding] = []
         self.position = 0
         self.ran = self.reused = 0
+        self.run_missing = run_missing  # False: re-render from the folder, run nothing
 
     # candidates -------------------------------------------------------------------------
 
+    def check_args(self, labelled_args: list[tuple[str, dict[str, Any]]]) -> None:
+        """vLLM's own parser over every args set at once (one child process for all the
+        uncached ones) before any of them runs: a typo costs a second, not a start-up."""
+        validate_server_args([(label, self.arm(self._changed(args)).server)
+                              for label, args in labelled_args], self.platform)
+
+    def _changed(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {flag: value for flag, value in args.items()
+                if flag not in self.base_args or repr(self.base_args[flag]) != repr(value)}
+
     def candidate(self, args: dict[str, Any], origin: str) -> Candidate:
-        """The candidate with these args: an existing one, or a new one (checked by vLLM's
-        argument parser before it runs)."""
+        """The candidate with these args: an existing one, or a new one (its args already
+        checked by `check_args`)."""
         key = args_key(args)
         if key in self.by_args:
             return self.candidates[self.by_args[key]]
@@ -156,20 +168,17 @@ class Tune:
             raise ScenarioError(f"the tune needs more than tune.max_candidates = "
                                 f"{self.spec.max_candidates} candidates")
         name = f"c{len(self.candidates) + 1:02d}"
-        changed = {flag: value for flag, value in args.items()
-                   if flag not in self.base_args or repr(self.base_args[flag]) != repr(value)}
-        candidate = Candidate(name, dict(args), changed, origin)
-        validate_server_args([(name, self.arm(candidate).server)], self.platform)
+        candidate = Candidate(name, dict(args), self._changed(args), origin)
         self.candidates[name] = candidate
         self.by_args[key] = name
         self.folders[name] = []
         self._save_candidates()
         return candidate
 
-    def arm(self, candidate: Candidate) -> Scenario:
-        """The base scenario with this candidate's server args."""
-        document = deep_merge(self.base.to_yaml_dict(), {"server": {"args": candidate.changed}})
-        return Scenario.model_validate(document)
+    def arm(self, changed: dict[str, Any]) -> Scenario:
+        """The base scenario with these server args changed."""
+        return Scenario.model_validate(deep_merge(self.base.to_yaml_dict(),
+                                                  {"server": {"args": changed}}))
 
     def _save_candidates(self) -> None:
         document = {name: c.to_json_dict() for name, c in self.candidates.items()}
@@ -197,12 +206,14 @@ class Tune:
             self.reused += 1
             self.say(f"{label}: done before, kept")
             return
+        if not self.run_missing:  # a report of the folder as it is: the search ends here
+            raise _Interrupted
         if folder.exists():  # cut short: run it again from the start
             shutil.rmtree(folder)
         self.say(f"\n=== {label} ===")
         self.ran += 1
         try:
-            _, rendered = run_trial(self.arm(candidate), folder, self.say)
+            _, rendered = run_trial(self.arm(candidate.changed), folder, self.say)
         except ServerError as error:  # OOM, KV cache too small, a config vLLM refuses
             (folder / START_FAILURE_FILE).write_text(json.dumps({"error": str(error)}) + "\n")
             self.say(f"{candidate.name}: the server did not start:\n{error}")
@@ -245,8 +256,9 @@ class Tune:
 
     def search(self) -> None:
         if self.spec.grid:
-            grid = [self.candidate({**self.base_args, **point}, "grid")
-                    for point in grid_candidates(self.spec.grid)]
+            points = [{**self.base_args, **point} for point in grid_candidates(self.spec.grid)]
+            self.check_args([(f"grid point {i}", args) for i, args in enumerate(points, 1)])
+            grid = [self.candidate(args, "grid") for args in points]
             self.say(f"grid: {len(grid)} candidate(s) × {self.trials_per_candidate} trial(s)")
             self.run_trials(grid)
         for index, search in enumerate(self.spec.search, start=1):
@@ -255,6 +267,8 @@ class Tune:
                 values = search_values(search, search_start(search, start_args))
             except ValueError as error:
                 raise ScenarioError(f"tune.search[{index - 1}]: {error}") from None
+            self.check_args([(f"search {index} step {step}", {**start_args, search.arg: v})
+                             for step, v in enumerate(values, start=1)])
             self.say(f"search {index}: {search.arg} over {values} until "
                      f"{' or '.join(search.until)}")
             steps, stopped = [], None
@@ -275,8 +289,8 @@ class Tune:
             self.search()
         except _Interrupted:
             interrupted = True
-            self.say(f"interrupted: no further trials; continue with\n  vllm-slo tune --resume "
-                     f"{self.run_dir}")
+            self.say(f"{'interrupted: no further trials' if self.run_missing else 'incomplete'}"
+                     f"; continue with\n  vllm-slo tune --resume {self.run_dir}")
             for name in self.candidates:  # what the trials so far show, for the report
                 if name not in self.results and self.folders[name]:
                     self.folders[name] = [f for f in self.folders[name] if _trial_complete(f)]
@@ -307,12 +321,26 @@ def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOu
     return tune.run()
 
 
-def resume_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
-    """Continue an interrupted tune from its folder: completed trials are kept."""
-    path = run_dir / TUNE_SCENARIO_FILE
-    if not path.is_file():
+def is_tune(run_dir: Path) -> bool:
+    return (run_dir / TUNE_SCENARIO_FILE).is_file()
+
+
+def _saved_tune(run_dir: Path, say: Printer, run_missing: bool) -> Tune:
+    if not is_tune(run_dir):
         raise ScenarioError(f"{run_dir} is not a tune folder (no {TUNE_SCENARIO_FILE}); "
                             "start one with vllm-slo tune scenario=NAME")
-    scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
+    scenario = Scenario.model_validate(yaml.safe_load((run_dir / TUNE_SCENARIO_FILE).read_text()))
+    return Tune(scenario, run_dir.resolve(), say, run_missing)
+
+
+def resume_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
+    """Continue an interrupted tune from its folder: completed trials are kept."""
+    tune = _saved_tune(run_dir, say, run_missing=True)
     say(f"resuming tune {run_dir}")
-    return Tune(scenario, run_dir.resolve(), say).run()
+    return tune.run()
+
+
+def report_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
+    """Re-render a tune folder's outputs from its trials as they are (`vllm-slo report`):
+    the search is replayed up to the first trial that is missing, nothing is run."""
+    return _saved_tune(run_dir, say, run_missing=False).run()

@@ -105,3 +105,14 @@ def test_the_candidates_render_as_an_experiment(tune) -> None:
     assert (run_dir / "report.html").is_file()
     page = (run_dir / "tune.html").read_text()
     assert 'id="ranking-table"' in page and 'href="report.html"' in page
+
+
+def test_report_rerenders_the_tune_from_its_folder(tune) -> None:
+    _, _, _, resumed, run_dir = tune
+    before = json.loads((run_dir / "tune.json").read_text())
+    (run_dir / "tune.json").unlink()
+    (run_dir / "tune.html").unlink()
+    again = run_cli(["report", str(run_dir)], run_dir.parent, timeout_s=300)
+    assert again.returncode == resumed.returncode, again.output
+    assert json.loads((run_dir / "tune.json").read_text()) == before
+    assert (run_dir / "tune.html").is_file() and "tune report:" in again.output

@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import cli_env, requires_vllm, run_cli
-from vllm_slo.scenarios.server_configs import config_path, known_configs, read_server_config
+from vllm_slo.scenarios.server_configs import (
+    config_path,
+    engine_args_to_argv,
+    known_configs,
+    read_server_config,
+)
 from vllm_slo.servers.vllm_args import check_serve_args
-from vllm_slo.scenarios.server_configs import engine_args_to_argv
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

@@ -54,8 +54,8 @@ def no_vllm(monkeypatch) -> None:
 def test_grid_then_search_from_the_best(tmp_path: Path) -> None:
     tune = FakeTune(Scenario.model_validate(SCENARIO), tmp_path, lambda text: None)
     outcome = tune.run()
-X
-    # with prefix caching: kept, not run again), 16 (new, its SLO fails: the search stops)
+    # the grid interleaved A B C D D C B A; the best is c03 (8 sequences, prefix caching);
+    # the search from it: 4 (new), 8 (= c03: not run again), 16 (new, its SLO fails: stop)
     assert tune.trials_run == [("c01", 1), ("c02", 1), ("c03", 1), ("c04", 1),
                                ("c04", 2), ("c03", 2), ("c02", 2), ("c01", 2),
                                ("c05", 1), ("c05", 2), ("c06", 1), ("c06", 2)]

@@ -57,7 +57,7 @@ def test_search_values_double_or_step_and_respect_max() -> None:
 def test_search_starts_from_another_arg_or_says_why_not() -> None:
     spec = search(arg="max-num-batched-tokens", start="max-model-len")
     assert search_start(spec, {"max-model-len": 4096}) == 4096.0
-    with pytest.raises(ValueError, match="max-model-len.*do not set"):
+    with pytest.raises(ValueError, match=r"max-model-len.*do not set"):
         search_start(spec, {})
 
 
@@ -120,7 +120,7 @@ def test_pareto_front_keeps_only_undominated_points() -> None:
 
 def test_tune_section_is_validated() -> None:
     base = {"name": "t"}
-    with pytest.raises(ValidationError, match="grid.*or a search"):
+    with pytest.raises(ValidationError, match=r"grid.*or a search"):
         Scenario.model_validate({**base, "tune": {}})
     with pytest.raises(ValidationError, match="exactly one of factor"):
         Scenario.model_validate({**base, "tune": {"search": [
