@@ -9,9 +9,13 @@ loop of C streams — and both measured the same way from their per-request reco
 - TTFT p50 / p99 and ITL p50 / p99 of the requests sent in the window;
 - output tokens/s: tokens whose chunks arrived in the window, per second.
 
-Steady window: the suite's measured window (after its warm-up); for vllm bench, from
-`--warmup` seconds after its first request to its last request's send (after that the stream
-count drains). The suite runs with its defaults (`traffic.workers: auto`).
+Window: for both clients the same rule, `--duration` seconds from `--warmup` after the
+client's first send (cut short at its last send). The referee: vLLM's own
+`vllm:generation_tokens_total`, scraped every 0.25 s through the whole session, over each
+client's window. A closed loop of equal-length requests moves in waves (docs/gpu.md, session
+6): a window of a few waves reads tokens/s by where its edges fall, so use windows of many
+waves (`--duration 60` at C = 256) and read the server's column beside the clients'. The
+suite runs with its defaults (`traffic.workers: auto`).
 
     python benchmarks/gpu_fidelity.py --url http://127.0.0.1:8000 --model tiny-llama \
         --tokenizer /tmp/model --concurrency 64 256 --rounds 3 \
@@ -31,7 +35,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +57,47 @@ class Measured:
     failed: int
     window_s: float
     prompt_tokens_mean: float = float("nan")
+    # the referee: vLLM's own generation_tokens_total over the same window, per second
+    server_tok_s: float = float("nan")
+    window: tuple[float, float] = (float("nan"), float("nan"))  # unix seconds
+
+
+class ServerTokens:
+    """vLLM's `vllm:generation_tokens_total`, scraped every `period_s` in a thread: what the
+    server generated in any window, whichever client drove it (both are judged by it)."""
+
+    def __init__(self, url: str, period_s: float = 0.25):
+        self.url, self.period_s = url.rstrip("/") + "/metrics", period_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> ServerTokens:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                text = urllib.request.urlopen(self.url, timeout=2).read().decode()
+                total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                            if line.startswith("vllm:generation_tokens_total"))
+                self.samples.append((time.time(), total))
+            except (OSError, ValueError):
+                pass
+            self._stop.wait(self.period_s)
+
+    def rate(self, lo: float, hi: float) -> float:
+        """Tokens per second generated in [lo, hi] (linear between scrapes); NaN without
+        scrapes on both sides of the window."""
+        if len(self.samples) < 2 or not self.samples[0][0] <= lo < hi <= self.samples[-1][0]:
+            return float("nan")
+        times, totals = np.array(self.samples).T
+        return float((np.interp(hi, times, totals) - np.interp(lo, times, totals)) / (hi - lo))
 
 
 def measure(concurrency: int, client: str, rnd: int, sends: np.ndarray, ends: np.ndarray,
@@ -77,7 +124,7 @@ def measure(concurrency: int, client: str, rnd: int, sends: np.ndarray, ends: np
 
     return Measured(concurrency, client, rnd, in_flight, pair(ttft), pair(itl),
                     arrived / (hi - lo), int(in_window.sum()), int((in_window & ~ok).sum()),
-                    hi - lo)
+                    hi - lo, window=(lo, hi))
 
 
 def export_prompts(run_dir: Path, out: Path) -> Path:
@@ -133,11 +180,17 @@ def bench_measured(args: argparse.Namespace, concurrency: int, rnd: int, path: P
         ends.append(sends[k] + (data["latencies"][k] if data.get("latencies") else
                                 (times[-1] - sends[k] if times.size else 0.0)))
     lo = float(sends.min()) + args.warmup
-    hi = float(sends.max())
+    # the suite's window rule: `duration` seconds from `warmup` after the first send (bench's
+    # own last send starts a closed-loop wave by construction: ending there biases tokens/s)
+    hi = min(float(sends.max()), lo + args.duration)
     result = measure(concurrency, "vllm bench serve", rnd, sends, np.asarray(ends),
                      [t or 0.0 for t in data["ttfts"]], chunks, list(data["output_lens"]), ok,
                      lo, hi)
     result.prompt_tokens_mean = float(np.mean(data["input_lens"]))
+    # bench stamps with time.perf_counter (CLOCK_MONOTONIC, one clock for every process on
+    # Linux): the referee's scrapes are unix seconds
+    offset_s = time.time() - time.perf_counter()
+    result.window = (lo + offset_s, hi + offset_s)
     return result
 
 
@@ -167,7 +220,8 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path,
     return made
 
 
-def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
+def suite_measured(args: argparse.Namespace, concurrency: int, rnd: int, run_dir: Path
+                   ) -> Measured:
     import pyarrow.parquet as pq
 
     rows = pq.read_table(run_dir / "samples.parquet").to_pylist()
@@ -177,8 +231,8 @@ def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
     chunks = [sends[k] + np.asarray(r["chunk_offsets_s"] or [], dtype=float)
               for k, r in enumerate(rows)]
     measured_rows = [k for k, r in enumerate(rows) if r["phase"] == "measure"]
-    lo = float(sends[measured_rows].min())
-    hi = float(sends[measured_rows].max())
+    lo = float(sends.min()) + args.warmup
+    hi = min(float(sends[measured_rows].max()), lo + args.duration)
     summary = json.loads((run_dir / "summary.json").read_text())
     workers = json.loads((run_dir / "provenance.json").read_text()).get("locust_workers")
     result = measure(concurrency, f"suite ({workers} workers)", rnd, sends, ends,
@@ -193,13 +247,14 @@ def suite_measured(concurrency: int, rnd: int, run_dir: Path) -> Measured:
 
 def table(results: list[Measured]) -> str:
     lines = ["| C | client | round | mean in flight | TTFT p50 / p99 ms | ITL p50 / p99 ms | "
-             "output tok/s | requests (failed) | prompt tokens (mean) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "output tok/s (client) | server generated tok/s | requests (failed) | "
+             "prompt tokens (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for m in results:
         lines.append(f"| {m.concurrency} | {m.client} | {m.round} | {m.in_flight:.1f} | "
                      f"{m.ttft_ms[0]:.0f} / {m.ttft_ms[1]:.0f} | {m.itl_ms[0]:.1f} / "
-                     f"{m.itl_ms[1]:.1f} | {m.output_tok_s:,.0f} | {m.requests} ({m.failed}) | "
-                     f"{m.prompt_tokens_mean:.0f} |")
+                     f"{m.itl_ms[1]:.1f} | {m.output_tok_s:,.0f} | {m.server_tok_s:,.0f} | "
+                     f"{m.requests} ({m.failed}) | {m.prompt_tokens_mean:.0f} |")
     return "\n".join(lines)
 
 
@@ -218,11 +273,17 @@ def checks(results: list[Measured]) -> str:
         itl = med(suite, lambda m: m.itl_ms[1]) / med(bench, lambda m: m.itl_ms[1])
         ttft = med(suite, lambda m: m.ttft_ms[1]) / med(bench, lambda m: m.ttft_ms[1])
         tput = med(suite, lambda m: m.output_tok_s) / med(bench, lambda m: m.output_tok_s)
+        server = med(suite, lambda m: m.server_tok_s) / med(bench, lambda m: m.server_tok_s)
+        counted = {name: med(ms, lambda m: m.output_tok_s / m.server_tok_s)
+                   for name, ms in (("suite", suite), ("bench", bench))}
         lines.append(
             f"- C={c}: in flight {held:.1%} of C ({'ok' if held >= 0.99 else 'MISSED'} >= 99%); "
             f"ITL p99 x{itl:.3f} ({'ok' if itl <= 1.05 else 'MISSED'} <= 1.05); "
             f"TTFT p99 x{ttft:.3f} ({'ok' if ttft <= 1.0 else 'MISSED'} <= 1); "
-            f"throughput x{tput:.3f} ({'ok' if abs(tput - 1) <= 0.03 else 'MISSED'} within 3%)")
+            f"throughput x{tput:.3f} ({'ok' if abs(tput - 1) <= 0.03 else 'MISSED'} within 3%); "
+            f"the server generated x{server:.3f} as much under the suite; each client counted "
+            f"{counted['suite']:.3f} (suite) and {counted['bench']:.3f} (bench) of what the "
+            f"server generated in its window")
     return "\n".join(lines)
 
 
@@ -250,20 +311,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    server = ServerTokens(args.url).start()
+    try:
+        return _run(args, server)
+    finally:
+        server.stop()
+
+
+def _refereed(result: Measured, server: ServerTokens) -> Measured:
+    time.sleep(0.5)  # a scrape after the window's end
+    result.server_tok_s = server.rate(*result.window)
+    return result
+
+
+def _run(args: argparse.Namespace, server: ServerTokens) -> int:
     results: list[Measured] = []
     if args.sequence:  # a diagnostic order, e.g. suite:14 bench suite:4 (workers per suite run)
         c, prompts, dataset = args.concurrency[0], 0, None
         for rnd, step in enumerate(args.sequence, 1):
             if step.startswith("suite"):
                 run_dir = run_suite(args, c, args.out, step.partition(":")[2] or "auto")
-                result = suite_measured(c, rnd, run_dir)
+                result = _refereed(suite_measured(args, c, rnd, run_dir), server)
                 dataset = export_prompts(run_dir, args.out)
                 prompts = prompts or int(result.requests * (args.warmup + args.duration + 2)
                                          / max(result.window_s, 1e-9))
             else:
                 assert dataset is not None, "a suite step must come first (it makes the prompts)"
-                result = bench_measured(args, c, rnd, run_bench(args, c, prompts, args.out,
-                                                                dataset))
+                result = _refereed(bench_measured(args, c, rnd, run_bench(
+                    args, c, prompts, args.out, dataset)), server)
             results.append(result)
             (args.out / "sequence.md").write_text(table(results) + "\n")
             print(table([result]).splitlines()[-1], flush=True)
@@ -280,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             for client in (("suite", "bench") if rnd % 2 else ("bench", "suite")):
                 if client == "suite":
                     run_dir = run_suite(args, c, args.out)
-                    suite = suite_measured(c, rnd, run_dir)
+                    suite = _refereed(suite_measured(args, c, rnd, run_dir), server)
                     if not prompts:  # as many as the suite sent in the same time
                         prompts = int(suite.requests * (args.warmup + args.duration + 2)
                                       / max(suite.window_s, 1e-9))
@@ -288,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                     pair_results.append(suite)
                 else:
                     assert dataset is not None
-                    pair_results.append(bench_measured(
-                        args, c, rnd, run_bench(args, c, prompts, args.out, dataset)))
+                    pair_results.append(_refereed(bench_measured(
+                        args, c, rnd, run_bench(args, c, prompts, args.out, dataset)), server))
             results += pair_results
             print(table(pair_results).splitlines()[-2:], flush=True)
             (args.out / "fidelity.md").write_text(table(results) + "\n")

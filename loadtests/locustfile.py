@@ -29,14 +29,13 @@ from pathlib import Path
 
 import gevent
 import numpy as np
-import pyarrow as pa
 from gevent.event import Event
 from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
-from vllm_slo.loadtests import locust_quirks, memory_trace
+from vllm_slo.loadtests import arrow_memory, locust_quirks, memory_trace
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
@@ -50,12 +49,12 @@ from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.servers.http_stream import HttpStreamClient
 
 FLUSH_INTERVAL_S = 1.0
-ARROW_POOL = pa.default_memory_pool()
 BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: doubling waits
 BACKOFF_MAX_S = 2.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
 
 locust_quirks.install()  # Locust's stop must not block the loop (loadtests/locust_quirks.py)
+arrow_memory.use_system_allocator()  # flat memory over long runs (loadtests/arrow_memory.py)
 
 
 class _Run:
@@ -169,10 +168,7 @@ class _Run:
     def flush(self) -> None:
         if self.writer is not None:
             self.writer.flush()
-            # hand the batch's freed pages back: Arrow's allocator (mimalloc here) otherwise
-            # keeps them, and a 25-minute soak saw its arena's resident memory step up by
-            # 9 MiB, all of the process's growth (docs/reliability.md); ~2 us a call
-            ARROW_POOL.release_unused()
+            arrow_memory.release_unused()  # the batch's freed memory back to the system
         self.last_flush_perf_s = time.perf_counter()
 
     def _flush_forever(self) -> None:

@@ -288,7 +288,7 @@ def build_tune(result: TuneResult, experiment_report: bool = False
         recommended=recommended_text, recommended_note=note, command=command,
         objective=OBJECTIVE_NAMES[spec.objective], rank_rows=rank_rows,
         search_rows=search_rows, candidate_rows=candidate_rows,
-        figures=[FigureView("pareto", "Pareto front",
+        figures=[FigureView("fig-pareto", "Pareto front",
                             pareto_figure(candidates, front, result.latency_cell,
                                           result.throughput_cell))] if points else [],
         pareto_note=(f"on the front ({result.throughput_cell} up, {result.latency_cell} down): "

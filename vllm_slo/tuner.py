@@ -154,6 +154,13 @@ class Tune:
         validate_server_args([(label, self.arm(self._changed(args)).server)
                               for label, args in labelled_args], self.platform)
 
+    def check_grid(self) -> list[dict[str, Any]]:
+        """The grid's complete args sets, every one checked by vLLM's parser (the scenario's
+        own args when there is no grid)."""
+        points = [{**self.base_args, **point} for point in grid_candidates(self.spec.grid)]
+        self.check_args([(f"grid point {i}", args) for i, args in enumerate(points, 1)])
+        return points
+
     def _changed(self, args: dict[str, Any]) -> dict[str, Any]:
         return {flag: value for flag, value in args.items()
                 if flag not in self.base_args or repr(self.base_args[flag]) != repr(value)}
@@ -256,8 +263,7 @@ class Tune:
 
     def search(self) -> None:
         if self.spec.grid:
-            points = [{**self.base_args, **point} for point in grid_candidates(self.spec.grid)]
-            self.check_args([(f"grid point {i}", args) for i, args in enumerate(points, 1)])
+            points = self.check_grid()
             grid = [self.candidate(args, "grid") for args in points]
             self.say(f"grid: {len(grid)} candidate(s) × {self.trials_per_candidate} trial(s)")
             self.run_trials(grid)
@@ -312,7 +318,7 @@ def _args_text(candidate: Candidate) -> str:
 def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
     """A new tune folder for the scenario's tune section, searched to its end."""
     tune = Tune(scenario, Path(), say)  # checks the tune section before a folder exists
-    validate_server_args([("", tune.base.server)], tune.platform)
+    tune.check_grid()  # and the grid's args (cached: the search's own check is then instant)
     run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
     (run_dir / TUNE_SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))

@@ -293,3 +293,47 @@ def test_injected_markup_on_the_comparison_page_never_runs(browser) -> None:
         "return Array.from(document.querySelectorAll('#trials a')).map(a => a.href)")
     assert len(links) == 6 and all(link.startswith("file:///") for link in links)
     save_screenshot(browser, result.report_path)
+
+
+def test_tune_report_renders_in_chromium(browser) -> None:
+    """tune.html from made-up candidate results: the Pareto plot drawn, one ranking row per
+    candidate, the recommended command shown, and untrusted text (a scenario description, a
+    server's start-failure log) shown as text, never run."""
+    from vllm_slo.reports.analysis.tuning import CandidateResult
+    from vllm_slo.reports.tune_report import TuneResult, write_tune
+    from vllm_slo.scenarios.model import Scenario
+
+    def candidate(name: str, seqs: int, goodput: tuple[float, ...], *,
+                  failures: tuple[str, ...] = ()) -> CandidateResult:
+        args = {"max-num-seqs": seqs}
+        return CandidateResult(name, args, args, "grid", () if failures else goodput,
+                               failures, 0, "none" if failures else "PASS", 0.0,
+                               tuple(100 * g for g in goodput) if not failures else (),
+                               tuple(1 / g for g in goodput) if not failures else ())
+
+    scenario = Scenario.model_validate({
+        "name": "browser-tune", "description": XSS, "slo": {"ttft": ["p90 < 1s"]},
+        "tune": {"grid": {"max-num-seqs": [2, 8, 32, 64]}, "trials": 4}})
+    candidates = [candidate("c01", 2, (2.0, 2.1, 1.9, 2.2)),
+                  candidate("c02", 8, (6.0, 6.2, 5.8, 6.1)),
+                  candidate("c03", 32, (7.0, 6.6, 7.2, 6.9)),
+                  candidate("c04", 64, (), failures=(f"CUDA out of memory {XSS}",))]
+    run_dir = artefacts_dir() / "browser-tune"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir()
+    rendered = write_tune(run_dir, TuneResult(scenario, "browser-tune", 4, candidates, [],
+                                              "ttft.p90", "output_throughput.mean", False,
+                                              "/models/tiny"))
+    open_report(browser, rendered.report_path)
+    assert_nothing_injected_ran(browser)
+    (fact,) = plot_facts(browser)
+    assert fact["id"] == "fig-pareto" and fact["width"] > 300 and fact["drawn"] > 0, fact
+    names = browser.execute_script("""
+        return Array.from(document.querySelectorAll('#ranking-table tr')).slice(1)
+          .map(function (r) { return r.cells[1].innerText.trim(); });""")
+    assert names == ["c03", "c02", "c01", "c04"]
+    text = browser.execute_script("return document.body.innerText")
+    assert "vllm serve /models/tiny --max-num-seqs 32" in text
+    assert XSS.split(" ")[0] in text  # the description, literally
+    save_screenshot(browser, rendered.report_path)

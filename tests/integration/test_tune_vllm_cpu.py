@@ -116,3 +116,12 @@ def test_report_rerenders_the_tune_from_its_folder(tune) -> None:
     assert again.returncode == resumed.returncode, again.output
     assert json.loads((run_dir / "tune.json").read_text()) == before
     assert (run_dir / "tune.html").is_file() and "tune report:" in again.output
+
+
+def test_a_misspelt_grid_flag_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    result = run_cli(["tune", "scenario=tune-cpu", "tune.grid={max-num-sqs: [2, 8]}"], runs,
+                     timeout_s=300)
+    assert result.returncode == 2, result.output
+    assert "max-num-sqs" in result.output and "max-num-seqs" in result.output  # close match
+    assert not runs.exists() or not any(runs.iterdir())  # no tune folder was made
