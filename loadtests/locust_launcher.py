@@ -8,6 +8,7 @@ writes, and stops it early when the server dies.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
+from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
 from vllm_slo.servers.vllm_server import stop_process_group
@@ -129,7 +131,8 @@ def run_locust(
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             locust_argv(run_dir, base_url, traffic, workers), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True)
+            stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True,
+            env=locust_environment(os.environ))
     started = time.monotonic()
     next_progress = started + progress_interval_s
     next_abort_check = started + abort_interval_s

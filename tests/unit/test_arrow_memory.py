@@ -32,3 +32,10 @@ def test_release_keeps_live_arrays_intact() -> None:
     arrow_memory.release_unused()
     assert pa.default_memory_pool().bytes_allocated() == live  # only the kept array's
     assert kept.to_pylist() == list(range(100_000))
+
+
+def test_locust_processes_get_the_system_allocator_unless_a_pool_is_named() -> None:
+    env = arrow_memory.locust_environment({"PATH": "/bin"})
+    assert env == {"PATH": "/bin", arrow_memory.ENV: "system"}
+    assert arrow_memory.locust_environment({arrow_memory.ENV: "jemalloc"}) == {
+        arrow_memory.ENV: "jemalloc"}
