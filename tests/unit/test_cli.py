@@ -41,3 +41,15 @@ def test_output_goes_through_the_injected_writers() -> None:
     assert main(["plan", "/nonexistent/run"], say=said.append,
                 complain=complained.append) == 2
     assert len(said) == 1 and "does not exist" in complained[0]
+
+
+def test_tune_usage_errors(capsys: pytest.CaptureFixture, tmp_path) -> None:
+    assert main(["tune"]) == 2
+    assert "which scenario?" in capsys.readouterr().err
+    assert main(["tune", "--resume", str(tmp_path), "scenario=chat"]) == 2
+    assert "takes no scenario or overrides" in capsys.readouterr().err
+    assert main(["tune", "--resume", str(tmp_path)]) == 2
+    assert "not a tune folder" in capsys.readouterr().err
+    assert main(["--runs-dir", str(tmp_path), "tune", "scenario=chat"]) == 2  # no tune section
+    assert "has no tune section" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
