@@ -59,9 +59,9 @@ def parse_args() -> argparse.Namespace:
                         "comparable with a run without it)")
     p.add_argument("--smaps-every", type=float, default=0.0,
                    help="also save the Locust process's anonymous mappings (address range, "
-                        "size, resident KiB) every this many seconds to smaps.jsonl, and print "
-                        "the mappings that changed most across the largest RSS step "
-                        "(0: off)")
+                        "size, resident KiB, [heap] or not) every this many seconds to "
+                        "smaps.jsonl, and print the mappings that changed most across the "
+                        "largest RSS step (0: off)")
     return p.parse_args()
 
 
@@ -75,32 +75,9 @@ def vm_rss_mib(pid: int) -> float | None:
     return None
 
 
-def heap_and_anonymous_mib(pid: int) -> tuple[float, float]:
-    """Resident MiB of the process's brk heap ([heap]: glibc malloc's main arena) and of its
-    anonymous mappings (other arenas, mmap'd blocks, Arrow's allocator, thread stacks): which
-    one grows tells a fragmenting allocator from a Python-level leak."""
-    heap = anonymous = 0
-    name = ""
-    try:
-        with open(f"/proc/{pid}/smaps") as smaps:
-            for line in smaps:
-                head = line.split(None, 1)[0]
-                if "-" in head and not head.endswith(":"):
-                    fields = line.split()
-                    name = fields[5] if len(fields) > 5 else ""
-                elif head == "Rss:":
-                    kib = int(line.split()[1])
-                    if name == "[heap]":
-                        heap += kib
-                    elif not name:
-                        anonymous += kib
-    except OSError:
-        return float("nan"), float("nan")
-    return heap / 1024, anonymous / 1024
-
-
-def anonymous_mappings(pid: int) -> dict[str, list[int]]:
-    """Anonymous and [heap] mappings of a process: {"start-end": [size KiB, resident KiB]}."""
+def anonymous_mappings(pid: int) -> dict[str, list[int]] | None:
+    """The process's anonymous and [heap] mappings from one read of /proc/PID/smaps:
+    {"start-end": [size KiB, resident KiB, 1 if [heap] else 0]}; None when it is gone."""
     mappings: dict[str, list[int]] = {}
     current: list[int] | None = None
     try:
@@ -110,7 +87,7 @@ def anonymous_mappings(pid: int) -> dict[str, list[int]]:
                 if "-" in head and not head.endswith(":"):
                     fields = line.split()
                     name = fields[5] if len(fields) > 5 else ""
-                    current = [0, 0] if name in ("", "[heap]") else None
+                    current = [0, 0, int(name == "[heap]")] if name in ("", "[heap]") else None
                     if current is not None:
                         mappings[head] = current
                 elif current is not None and head == "Size:":
@@ -118,8 +95,19 @@ def anonymous_mappings(pid: int) -> dict[str, list[int]]:
                 elif current is not None and head == "Rss:":
                     current[1] = int(line.split()[1])
     except OSError:
-        return {}
+        return None
     return mappings
+
+
+def heap_and_anonymous_mib(mappings: dict[str, list[int]] | None) -> tuple[float, float]:
+    """Resident MiB of the brk heap ([heap]: glibc malloc's main arena) and of the other
+    anonymous mappings (other arenas, mmap'd blocks, Arrow's allocator, thread stacks): which
+    one grows tells a fragmenting allocator from a Python-level leak."""
+    if mappings is None:
+        return float("nan"), float("nan")
+    heap = sum(rss for _, rss, is_heap in mappings.values() if is_heap)
+    anonymous = sum(rss for _, rss, is_heap in mappings.values() if not is_heap)
+    return heap / 1024, anonymous / 1024
 
 
 def mapping_changes(before: dict[str, list[int]], after: dict[str, list[int]],
@@ -133,7 +121,7 @@ def mapping_changes(before: dict[str, list[int]], after: dict[str, list[int]],
             changes.append((new[1] - old[1], f"{key} {state}: size {new[0] or old[0]} KiB, "
                                              f"resident {old[1]} -> {new[1]} KiB"))
     changes.sort(key=lambda change: -abs(change[0]))
-    sizes = sorted(size for size, _ in after.values())
+    sizes = sorted(entry[0] for entry in after.values())
     lines = [f"{len(before)} -> {len(after)} anonymous mappings; sizes now (KiB): "
              f"{len(sizes)} total, {sum(1 for s in sizes if s == 1024)} of exactly 1 MiB "
              f"(pymalloc arenas), {sum(1 for s in sizes if s >= 65536)} of 64 MiB or more"]
@@ -193,12 +181,13 @@ def main() -> int:
             if pid is not None and (not samples or time.monotonic() - first_rows_s
                                     - samples[-1][0] >= args.sample_every):
                 rss = vm_rss_mib(pid)
+                mappings = anonymous_mappings(pid)  # one read serves both uses
                 if rss is not None:
                     samples.append((time.monotonic() - first_rows_s, rss,
-                                    *heap_and_anonymous_mib(pid)))
-                if args.smaps_every and (not smaps_log or samples[-1][0] - smaps_log[-1][0]
-                                         >= args.smaps_every):
-                    smaps_log.append((samples[-1][0], anonymous_mappings(pid)))
+                                    *heap_and_anonymous_mib(mappings)))
+                if mappings is not None and samples and args.smaps_every and (
+                        not smaps_log or samples[-1][0] - smaps_log[-1][0] >= args.smaps_every):
+                    smaps_log.append((samples[-1][0], mappings))
         output = cli.stdout.read()
     finally:
         if cli.poll() is None:
