@@ -43,6 +43,7 @@ from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.request_rows import request_row
+from vllm_slo.loadtests.wall_clock import WallClock
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
@@ -73,6 +74,7 @@ class _Run:
         self.writer: SampleWriter | None = None
         self.flusher: gevent.Greenlet | None = None
         self.monitor = ClientMonitor()
+        self.wall_clock = WallClock()
         self.start_perf_s: float | None = None
         self.start_unix_s: float | None = None
         self.schedule_indices = np.empty(0, dtype=np.int64)
@@ -109,7 +111,7 @@ class _Run:
         if self.start_perf_s is None:
             lead = SCHEDULE_LEAD_S if self.traffic and self.traffic.arrival.open_loop else 0.0
             self.start_perf_s = time.perf_counter() + lead
-            self.start_unix_s = time.time() + lead
+            self.start_unix_s = self.wall_clock.unix_s(self.start_perf_s)
         self._start_monitoring()
 
     def _start_monitoring(self) -> None:
@@ -306,7 +308,6 @@ class _StreamingUser(User):
         # unique per run: process, user, the user's own request count, plan entry
         request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
         self.requests_sent += 1
-        send_unix_s = time.time()
         RUN.monitor.in_flight.enter()
         timeout_s = traffic.request_timeout_s
 
@@ -316,7 +317,8 @@ class _StreamingUser(User):
                 request_id=request_id,
                 process_id=os.getpid(), user_id=self.user_id, request=request,
                 endpoint=traffic.endpoint, phase=RUN.phase(intended_s - RUN.start_perf_s),
-                intended_perf_s=intended_s, send_unix_s=send_unix_s, queued=queued,
+                intended_perf_s=intended_s,
+                send_unix_s=RUN.wall_clock.unix_s(outcome.send_perf_s), queued=queued,
                 outcome=outcome))
 
         # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go

@@ -183,6 +183,8 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
     began to stop (its shutdown stalls the process for ~0.1 s: not the reader's doing)."""
     import time
 
+    from vllm_slo.loadtests.wall_clock import pair_clocks
+
     record = tmp_path / "served.jsonl"
     with standin_server("--ttft", "0.03", "--itl", "0.01", "--record", str(record)) as url:
         result = run_cli(["run", "scenario=chat", f"server.url={url}", *COMMON,
@@ -190,7 +192,8 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
                           "traffic.warmup=1s",
                           "traffic.arrival={kind: closed, users: 32, spawn_rate: 32, "
                           "think_time: 0s}"], tmp_path)
-    clock_offset_s = time.time() - time.monotonic()  # both processes' clocks, this host
+    # both processes' clocks, this host, paired as the client pairs its own
+    clock_offset_s = pair_clocks(time.monotonic, time.time).offset_s
     assert result.returncode == 0, result.output
     table = pq.read_table(result.run_dir / "samples.parquet").to_pylist()
     assert all(row["ok"] for row in table), [row["error"] for row in table if not row["ok"]]
