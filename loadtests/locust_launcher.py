@@ -20,6 +20,7 @@ from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
 from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
+from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.vllm_server import stop_process_group
 
 # absolute paths of the installed locustfiles: nothing depends on the working directory
@@ -74,9 +75,12 @@ def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> 
     return max(1, min(cpu_count - keeps, wanted, MAX_AUTO_WORKERS))
 
 
-def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int = 1
-                ) -> list[str]:
-    """The Locust command line for a traffic spec (users, spawn rate, run time, user class)."""
+def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int = 1,
+                local_master_port: int = 5557) -> list[str]:
+    """The Locust command line for a traffic spec (users, spawn rate, run time, user class).
+    With local worker processes (`--processes`) the master listens on loopback only, on
+    `local_master_port` (a free port per run, so runs side by side do not meet; Locust's own
+    default is every interface, port 5557)."""
     arrival = traffic.arrival
     closed_stages = arrival.kind == "stages" and not arrival.open_loop
     argv = [sys.executable, "-m", "locust", "-f",
@@ -98,7 +102,9 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
              "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
              "--vllm-slo-run-dir", str(run_dir.resolve())]
     if workers > 1 and not traffic.remote_workers:
-        argv += ["--processes", str(workers)]
+        argv += ["--processes", str(workers), "--master-bind-host", "127.0.0.1",
+                 "--master-bind-port", str(local_master_port),
+                 "--master-port", str(local_master_port)]
     argv.append("OpenLoopUser" if arrival.open_loop else "ClosedLoopUser")
     return argv
 
@@ -130,7 +136,8 @@ def run_locust(
         REMOTE_WORKERS_WAIT_S if traffic.remote_workers else 0.0)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            locust_argv(run_dir, base_url, traffic, workers), stdout=log, stderr=subprocess.STDOUT,
+            locust_argv(run_dir, base_url, traffic, workers, free_loopback_port()),
+            stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True,
             env=locust_environment(os.environ))
     started = time.monotonic()

@@ -31,6 +31,8 @@ from vllm_slo.scenarios.slo import (
 from vllm_slo.scenarios.units import parse_duration_s
 
 Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
+# what server.devices sets: GPUs on a GPU, the OpenMP threads' cores on vLLM's CPU build
+DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
 
 
@@ -71,6 +73,25 @@ class ServerSpec(Frozen):
     instance: str | None = Field(
         None, description="a label for the server instance (attach mode: which running server, "
                           "e.g. on-instance-1); recorded per trial in provenance.json")
+    devices: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
+        None, min_length=1,
+        description="where the launched server runs: GPU indices (CUDA_VISIBLE_DEVICES) on a "
+                    "GPU, CPU core ids (VLLM_CPU_OMP_THREADS_BIND) on vLLM's CPU build")
+
+    @model_validator(mode="after")
+    def _devices_are_placeable(self) -> ServerSpec:
+        if self.devices is None:
+            return self
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"server.devices lists a device twice: {list(self.devices)}")
+        if self.url is not None:
+            raise ValueError("server.devices places a launched server; attach mode "
+                             "(server.url) targets one that already runs")
+        named = sorted(set(self.env) & set(DEVICE_ENV_VARS))
+        if named:
+            raise ValueError(f"server.devices sets {', '.join(named)}: remove it from "
+                             "server.env (or drop server.devices)")
+        return self
 
     @field_validator("config")
     @classmethod
@@ -437,6 +458,33 @@ def _grid_values(grid: dict[str, list[EngineArgValue]]) -> dict[str, list[Engine
     return grid
 
 
+class SideBySideSpec(Frozen):
+    """Each round of an experiment runs all its variants at the same time, one per device
+    slot; the slots rotate among the variants from round to round, so every variant meets
+    every device (as A B B A balances drift over time)."""
+
+    devices: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]] = Field(
+        min_length=2, description="one slot per variant, e.g. [[0], [1]] (GPU indices; CPU "
+                                  "core ids on vLLM's CPU build)")
+
+    @field_validator("devices")
+    @classmethod
+    def _slots_are_disjoint(cls, slots: list[list[int]]) -> list[list[int]]:
+        seen: set[int] = set()
+        for slot in slots:
+            shared = seen & set(slot)
+            if shared or len(set(slot)) != len(slot):
+                raise ValueError(f"side_by_side.devices: device(s) "
+                                 f"{sorted(shared) or slot} in more than one place: "
+                                 "each slot needs devices of its own")
+            seen |= set(slot)
+        return slots
+
+    def slot_of(self, variant_index: int, round_index: int) -> tuple[int, ...]:
+        """The devices variant `variant_index` runs on in round `round_index` (from 0)."""
+        return tuple(self.devices[(variant_index + round_index) % len(self.devices)])
+
+
 class TuneSpec(Frozen):
     """`vllm-slo tune`: a search space over server args, every candidate run as trials on fresh
     servers and ranked by `objective`; one candidate is called better than another only when
@@ -484,6 +532,33 @@ class Scenario(Frozen):
     compare: CompareSpec = Field(default_factory=CompareSpec)
     abort_on: AbortSpec = Field(default_factory=AbortSpec)
     tune: TuneSpec | None = Field(None, description="`vllm-slo tune`: the search space")
+    side_by_side: SideBySideSpec | None = Field(
+        None, description="run each round's variants at once, on rotating device slots")
+
+    @model_validator(mode="after")
+    def _side_by_side_places_every_variant(self) -> Scenario:
+        if self.side_by_side is None:
+            return self
+        slots = len(self.side_by_side.devices)
+        if self.tune is not None:
+            raise ValueError("side_by_side and tune do not mix: a tune runs its trials one "
+                             "at a time")
+        if len(self.variants) != slots:
+            raise ValueError(f"side_by_side.devices has {slots} slots for "
+                             f"{len(self.variants)} variant(s): one slot per variant")
+        if self.server.url is not None:
+            raise ValueError("side_by_side launches a server per variant; attach mode "
+                             "(server.url) targets one that already runs")
+        for name, overrides in self.variants.items():
+            server = overrides.get("server") or {}
+            for key in ("devices", "url"):
+                if isinstance(server, dict) and server.get(key) is not None:
+                    raise ValueError(f"variant {name!r}: server.{key} — side_by_side "
+                                     "places every variant on its device slots")
+        if self.server.devices is not None:
+            raise ValueError("server.devices and side_by_side both place the server: keep "
+                             "side_by_side.devices")
+        return self
 
     @model_validator(mode="after")
     def _tune_without_variants(self) -> Scenario:
@@ -508,12 +583,16 @@ class Scenario(Frozen):
         document = self.to_yaml_dict()
         document.pop("variants")
         document.pop("tune", None)
+        document.pop("side_by_side", None)
         return document
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved scenario as the user would write it (aliases, durations in seconds);
-        `tune` only when the scenario has one."""
+        `tune`, `side_by_side` and `server.devices` only when set."""
         document = self.model_dump(mode="json", by_alias=True)
-        if document["tune"] is None:
-            del document["tune"]
+        for key in ("tune", "side_by_side"):
+            if document[key] is None:
+                del document[key]
+        if document["server"]["devices"] is None:
+            del document["server"]["devices"]
         return document

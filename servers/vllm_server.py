@@ -80,6 +80,32 @@ class LaunchPlan:
                 "port": self.port, "platform": self.platform, "base_url": self.base_url}
 
 
+def world_size(args: dict[str, Any]) -> int:
+    """Devices one server occupies: tensor × pipeline parallel ranks (data-parallel ranks
+    too when they run inside this server)."""
+    size = 1
+    for flag in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
+        value = args.get(flag, 1)
+        size *= value if isinstance(value, int) and value > 0 else 1
+    return size
+
+
+def device_env(devices: tuple[int, ...], platform: str, ranks: int) -> dict[str, str]:
+    """Pure: the environment that puts a server on `devices` — CUDA_VISIBLE_DEVICES on a GPU;
+    on vLLM's CPU build the cores its OpenMP threads bind to, one `|`-separated group per
+    rank."""
+    if len(devices) < ranks or (platform == "cpu" and len(devices) % ranks):
+        raise ScenarioError(
+            f"server.devices = {list(devices)}: {ranks} parallel rank(s) (tensor × pipeline × "
+            f"data parallel size) need " + (f"a multiple of {ranks} cores" if platform == "cpu"
+                                            else f"at least {ranks} GPUs"))
+    if platform != "cpu":
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
+    per_rank = len(devices) // ranks
+    groups = [devices[k * per_rank:(k + 1) * per_rank] for k in range(ranks)]
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(",".join(map(str, g)) for g in groups)}
+
+
 def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
                 suite_env: dict[str, str] | None = None) -> LaunchPlan:
     """Pure: the `vllm serve` command line for a server spec on a platform."""
@@ -111,6 +137,8 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
     argv = [*prefix, "serve", model_path, "--served-model-name", served,
             "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
     env = {**_PRIVATE_ENV, **(suite_env or {}), **spec.env}
+    if spec.devices is not None:
+        env.update(device_env(spec.devices, platform, world_size(args)))
     return LaunchPlan(argv=tuple(argv), env_overrides=env,
                       engine_args=args, platform_defaults=applied, served_model_name=served,
                       model=spec.model, port=port, platform=platform)

@@ -31,6 +31,7 @@ from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
 from vllm_slo.servers.vllm_args import validate_server_args
+from vllm_slo.side_by_side import PlacedTrial, place, run_round
 
 
 def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
@@ -61,6 +62,10 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
     order = trial_order(list(arms), scenario.trials)
     sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
     say(f"experiment: {len(arms)} variant(s) × {scenario.trials} trial(s), order {sequence}")
+    if scenario.side_by_side is not None:
+        interrupted = _run_side_by_side(scenario, arms, order, run_dir, say)
+        rendered = render_experiment(run_dir, interrupted=interrupted)
+        return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
     interrupted = False
     for position, (name, trial) in enumerate(order, start=1):
         trial_dir = run_dir / TRIALS_DIR / trial_folder_name(position, name, trial)
@@ -72,3 +77,30 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
             break
     rendered = render_experiment(run_dir, interrupted=interrupted)
     return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+
+
+def _run_side_by_side(scenario: Scenario, arms: dict[str, Scenario],
+                      order: list[tuple[str, int]], run_dir: Path, say: Printer) -> bool:
+    """Round by round, every variant at once on its rotating device slot; True when
+    interrupted."""
+    spec = scenario.side_by_side
+    assert spec is not None
+    names = list(arms)
+    for round_index in range(scenario.trials):
+        start = round_index * len(names)
+        placed = []
+        for position, (name, trial) in enumerate(order[start:start + len(names)],
+                                                 start=start + 1):
+            devices = spec.slot_of(names.index(name), round_index)
+            placed.append(PlacedTrial(f"{name} #{trial} on {','.join(map(str, devices))}",
+                                      place(arms[name], devices),
+                                      run_dir / TRIALS_DIR / trial_folder_name(
+                                          position, name, trial)))
+        say(f"\n=== round {round_index + 1}/{scenario.trials}, side by side: "
+            + "; ".join(trial.label for trial in placed) + " ===")
+        results, stopped = run_round(placed, say)
+        if stopped or any(INTERRUPTED_REASON in rendered.summary["invalid_reasons"]
+                          for _, rendered in results):
+            say("interrupted: no further rounds")
+            return True
+    return False

@@ -148,6 +148,27 @@ CASES = [
          ("variants", "variant 'b' may override server, traffic, slo, description, not trials")),
     Case("variant-bad-value", BASE + "variants: {a: {}, b: {traffic: {duration: -1}}}\n",
          ("variants.b: traffic.duration = -1", "a duration cannot be negative")),
+    # placement: server.devices and side_by_side
+    Case("devices-repeated", BASE + "server: {devices: [0, 0]}\n",
+         ("server", "server.devices lists a device twice: [0, 0]")),
+    Case("devices-in-attach-mode", BASE + "server: {url: 'http://127.0.0.1:8000', "
+         "devices: [1]}\n", ("server", "attach mode (server.url) targets one that already runs")),
+    Case("devices-and-their-env-var", BASE + "server: {devices: [1], env: "
+         "{CUDA_VISIBLE_DEVICES: '2'}}\n", ("server", "server.devices sets CUDA_VISIBLE_DEVICES")),
+    Case("side-by-side-slot-count", BASE + "variants: {a: {}, b: {}}\nside_by_side: "
+         "{devices: [[0], [1], [2]]}\n",
+         ("side_by_side.devices has 3 slots for 2 variant(s): one slot per variant",)),
+    Case("side-by-side-shared-device", BASE + "variants: {a: {}, b: {}}\nside_by_side: "
+         "{devices: [[0, 1], [1]]}\n", ("side_by_side.devices", "device(s) [1] in more than "
+                                       "one place: each slot needs devices of its own")),
+    Case("side-by-side-one-slot", BASE + "variants: {a: {}}\nside_by_side: {devices: [[0]]}\n",
+         ("side_by_side.devices", "at least 2 items")),
+    Case("side-by-side-with-variant-devices", BASE + "variants: {a: {}, b: {server: "
+         "{devices: [3]}}}\nside_by_side: {devices: [[0], [1]]}\n",
+         ("variant 'b': server.devices — side_by_side places every variant",)),
+    Case("side-by-side-in-attach-mode", BASE + "server: {url: 'http://127.0.0.1:8000'}\n"
+         "variants: {a: {}, b: {}}\nside_by_side: {devices: [[0], [1]]}\n",
+         ("side_by_side launches a server per variant",)),
     # vLLM args the suite can refuse before launch (flag syntax)
     Case("engine-arg-with-dashes", BASE + "server: {args: {--max-model-len: 512}}\n",
          ("server.args", "got '--max-model-len'", "vLLM flag names without leading dashes")),

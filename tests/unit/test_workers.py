@@ -53,5 +53,10 @@ def test_processes_is_read_as_workers_and_both_must_agree() -> None:
 def test_more_than_one_worker_becomes_locust_processes() -> None:
     spec = traffic()
     assert "--processes" not in locust_argv(Path("/run"), "http://127.0.0.1:1", spec, 1)
-    argv = locust_argv(Path("/run"), "http://127.0.0.1:1", spec, 4)
+    argv = locust_argv(Path("/run"), "http://127.0.0.1:1", spec, 4, local_master_port=41234)
     assert argv[argv.index("--processes") + 1] == "4"
+    # the local master listens on loopback (Locust's default: every interface) on the run's
+    # own port, and its forked workers connect there: runs side by side never meet
+    assert argv[argv.index("--master-bind-host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--master-bind-port") + 1] == "41234"
+    assert argv[argv.index("--master-port") + 1] == "41234"
