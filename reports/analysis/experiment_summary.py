@@ -376,6 +376,31 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
         benchstat_table(groups, families, cells) if families else "", reach)
 
 
+def side_by_side_warnings(scenario: Scenario) -> list[str]:
+    """What running the variants at once means for the comparison (the confound), with the
+    rotation of device slots each variant saw."""
+    spec = scenario.side_by_side
+    if spec is None:
+        return []
+    names = list(scenario.variants)
+    rounds = scenario.trials
+    seen = {name: [spec.slot_of(k, r) for r in range(rounds)] for k, name in enumerate(names)}
+    placement = "; ".join(
+        f"{name} on " + ", ".join("[" + ",".join(map(str, slot)) + "]" for slot in slots)
+        for name, slots in seen.items())
+    warnings = [
+        f"side by side: each round's variants ran at the same time, on device slots rotated "
+        f"every round ({placement}). They shared this host's CPUs, memory bandwidth and "
+        f"interconnect, so a difference can come from running together or from a device as "
+        f"well as from the config; run without side_by_side to confirm a finding."]
+    if rounds % len(spec.devices):
+        warnings.append(
+            f"side by side: {rounds} round(s) do not rotate evenly over {len(spec.devices)} "
+            f"device slots — a device's own speed is not balanced across variants (use a "
+            f"multiple of {len(spec.devices)} trials)")
+    return warnings
+
+
 def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id: str,
                              interrupted: bool) -> tuple[ExperimentSummary, list[Group]]:
     """An experiment folder's summary (its trials in execution order) and its groups."""
@@ -397,6 +422,7 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
         warnings += _excluded_warning(variants[-1])
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
     warnings += compared.reach_warnings
+    warnings += side_by_side_warnings(scenario)
     slos = [slo for variant in variants for slo in variant.slos]
     summary = ExperimentSummary(
         kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),

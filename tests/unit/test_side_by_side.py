@@ -128,3 +128,16 @@ def test_ctrl_c_reaches_every_trial_once(tmp_path: Path) -> None:
     results, stopped = run_round(_trials(tmp_path, ["a", "b"]), lambda line: None, fake_trial)
     assert stopped
     assert sorted(handled) == ["a", "b"] and len(results) == 2
+
+
+def test_the_summary_names_the_confound_and_an_uneven_rotation() -> None:
+    from vllm_slo.reports.analysis.experiment_summary import side_by_side_warnings
+
+    even, _ = load_scenario("chat", SIDE_BY_SIDE)
+    (confound,) = side_by_side_warnings(even)
+    assert "a on [0], [1], [0], [1]; b on [1], [0], [1], [0]" in confound
+    assert "shared this host's CPUs" in confound
+    uneven, _ = load_scenario("chat", [*SIDE_BY_SIDE[:2], "trials=3"])
+    assert "3 round(s) do not rotate evenly over 2 device slots" in \
+        side_by_side_warnings(uneven)[1]
+    assert side_by_side_warnings(load_scenario("chat")[0]) == []
