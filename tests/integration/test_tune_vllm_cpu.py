@@ -10,10 +10,12 @@ import json
 import signal
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from tests.integration.conftest import (
+    REPO,
     only_run_dir,
     requires_vllm,
     run_cli,
@@ -74,6 +76,8 @@ def test_the_resumed_tune_keeps_finished_trials_and_runs_the_rest(tune) -> None:
 def test_the_tune_ranks_and_recommends(tune) -> None:
     _, _, _, resumed, run_dir = tune
     document = json.loads((run_dir / "tune.json").read_text())
+    jsonschema.validate(document, json.loads(
+        (REPO / "reports" / "schema" / "tune.schema.json").read_text()))
     assert document["exit_code"] == resumed.returncode
     candidates = {c["name"]: c for c in document["candidates"]}
     assert [c["changed"] for c in candidates.values()] == [

@@ -37,6 +37,8 @@ REQUIRED_DATA = [
     "vllm_slo/loadtests/data/sharegpt_sample.json",
     "vllm_slo/reports/schema/summary.schema.json",
     "vllm_slo/reports/schema/experiment-summary.schema.json",
+    "vllm_slo/reports/schema/tune.schema.json",
+    "vllm_slo/reports/render/templates/tune.html.j2",
     "vllm_slo/reports/render/templates/report.html.j2",
     "vllm_slo/reports/render/templates/experiment.html.j2",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from vllm_slo import tuner
@@ -15,6 +16,8 @@ from vllm_slo.reports.analysis.tuning import CandidateResult
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 
+TUNE_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /
+                          "tune.schema.json").read_text())
 SCENARIO = {
     "name": "t", "server": {"model": "tiny", "args": {"max-model-len": 2048}},
     "slo": {"e2e": ["p50 < 5s"]},
@@ -64,6 +67,7 @@ def test_grid_then_search_from_the_best(tmp_path: Path) -> None:
     assert tune.candidates["c05"].changed == {"max-num-seqs": 4, "enable-prefix-caching": True}
     assert tune.candidates["c06"].changed == {"max-num-seqs": 16, "enable-prefix-caching": True}
     document = json.loads((tmp_path / "tune.json").read_text())
+    jsonschema.validate(document, TUNE_SCHEMA)
     (search,) = document["searches"]
     assert search["values"] == [4, 8, 16] and search["candidates"] == ["c05", "c03", "c06"]
     assert (search["boundary"], search["boundary_candidate"]) == (8, "c03")
