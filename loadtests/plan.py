@@ -15,6 +15,9 @@ and reported in `warnings`; nothing is dropped or shortened silently.
               each earlier turn a fixed seeded stand-in answer of output_tokens tokens
     long-doc  one document (uniform length between min and max doc tokens) + an instruction
     sharegpt  every human turn of a ShareGPT file with its real history; vLLM bench's filters
+    mix       each conversation from one of `traffic.mix`'s profiles (chat, long-doc) by weight;
+              every request keeps its profile's name (`PlannedRequest.profile`, the rows'
+              `profile` column)
 
 The plan is written as Parquet (`write_plan`), plan-level fields in the schema metadata.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +67,7 @@ class PlannedRequest:
     messages: tuple[dict[str, str], ...]  # OpenAI chat messages (system/user/assistant)
     prompt_tokens: int  # tokens of all message contents by the counter (no chat template)
     max_tokens: int
+    profile: str = ""  # the profile that made it (a mix's component; not sent, not hashed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +99,10 @@ def plan_sha256(requests: Iterable[PlannedRequest]) -> str:
 
 
 # ------------------------------------------------------------------------------ profiles
-def _chat(spec: ChatSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
-    words = WordTexts(counter)
+Conversations = Callable[[int], list[Candidate]]  # conversation c -> its turns
+
+
+def _chat_conversations(spec: ChatSpec, seed: int, words: WordTexts) -> Conversations:
     shared: list[Message] = []
     if spec.system_prompt_tokens > 0:
         system_rng = random.Random(f"{seed}:chat:system")
@@ -112,18 +117,25 @@ def _chat(spec: ChatSpec, seed: int, counter: TokenCounter, max_model_len: int |
             target = max(1, round(rng.uniform(0.5, 1.5) * spec.user_tokens))
             history.append(Message("user", words.text(rng, target), target=target,
                                     generated=True))
-            turns.append(Candidate(c, turn, list(history), spec.output_tokens))
+            turns.append(Candidate(c, turn, list(history), spec.output_tokens, "chat"))
             if turn + 1 < spec.turns:  # the fixed stand-in for this turn's answer
                 history.append(Message("assistant", words.text(rng, spec.output_tokens),
                                         target=spec.output_tokens, generated=True))
         return turns
 
-    return generate_until(conversation, spec.turns, counter, words, max_model_len, policy,
-                     n_requests, tally)
+    return conversation
 
 
-def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-              policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+def _chat(spec: ChatSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+    words = WordTexts(counter)
+    return generate_until(_chat_conversations(spec, seed, words), spec.turns, counter, words,
+                          max_model_len, policy, n_requests, tally)
+
+
+def _long_doc_conversations(spec: LongDocSpec, seed: int, counter: TokenCounter,
+                            words: WordTexts, max_model_len: int | None,
+                            tally: Tally) -> Conversations:
     low, high = spec.min_doc_tokens, spec.max_doc_tokens
     if high is None:
         if max_model_len is None:
@@ -138,7 +150,6 @@ def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len
             f"long-doc: max_doc_tokens {high} is below min_doc_tokens {low}; every document "
             f"has {high} tokens")
         low = high
-    words = WordTexts(counter)
     suffixes = [DOC_SEPARATOR + text for text in INSTRUCTIONS]
     suffix_tokens = dict(zip(suffixes, counter.count_many(suffixes), strict=True))
 
@@ -149,9 +160,43 @@ def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len
         document = Message("user", words.text(rng, doc_tokens), suffix,
                             target=doc_tokens + suffix_tokens[suffix], generated=True,
                             floor=suffix_tokens[suffix] + 1)
-        return [Candidate(c, 0, [document], spec.output_tokens)]
+        return [Candidate(c, 0, [document], spec.output_tokens, "long-doc")]
 
-    return generate_until(conversation, 1, counter, words, max_model_len, policy, n_requests, tally)
+    return conversation
+
+
+def _long_doc(spec: LongDocSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+              policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+    words = WordTexts(counter)
+    conversations = _long_doc_conversations(spec, seed, counter, words, max_model_len, tally)
+    return generate_until(conversations, 1, counter, words, max_model_len, policy, n_requests,
+                          tally)
+
+
+def _mix(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+         policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+    """Conversation c is drawn from one profile, by `traffic.mix`'s weights, with its own
+    generator (`{seed}:mix:{c}`), and is then that profile's conversation c: the chat turns of
+    a mix are those of the chat profile alone at the same seed."""
+    words = WordTexts(counter)
+    makers: dict[str, Conversations] = {}
+    if "chat" in traffic.mix:
+        makers["chat"] = _chat_conversations(traffic.chat, seed, words)
+    if "long-doc" in traffic.mix:
+        makers["long-doc"] = _long_doc_conversations(traffic.long_doc, seed, counter, words,
+                                                     max_model_len, tally)
+    names = list(makers)
+    weights = [traffic.mix[name] for name in names]  # type: ignore[index]
+
+    def conversation(c: int) -> list[Candidate]:
+        (name,) = random.Random(f"{seed}:mix:{c}").choices(names, weights)
+        return makers[name](c)
+
+    # batches sized for the mean turns per conversation (batching never changes a plan)
+    turns = {"chat": traffic.chat.turns, "long-doc": 1}
+    mean_turns = sum(w * turns[n] for n, w in zip(names, weights, strict=True)) / sum(weights)
+    return generate_until(conversation, max(1, round(mean_turns)), counter, words,
+                          max_model_len, policy, n_requests, tally)
 
 
 def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
@@ -186,7 +231,8 @@ def _sharegpt(spec: ShareGptSpec, seed: int, counter: TokenCounter,
                         if len(out) >= n_requests:
                             break
                         out.append(Candidate(conversation + offset, request.turn,
-                                              request.messages, request.max_tokens))
+                                              request.messages, request.max_tokens,
+                                              "sharegpt"))
             conversation += len(chunk)
         passes += 1
         if not out:
@@ -293,6 +339,8 @@ def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int |
         candidates = _long_doc(traffic.long_doc, *args)
     elif traffic.profile == "sharegpt":
         candidates = _sharegpt(traffic.sharegpt, *args)
+    elif traffic.profile == "mix":
+        candidates = _mix(traffic, *args)
     else:  # pragma: no cover - the scenario model admits only the three
         raise ValueError(f"unknown traffic profile {traffic.profile!r}")
     requests = _freeze(candidates)
@@ -321,7 +369,7 @@ def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
 
     return tuple(
         PlannedRequest(index, c.conversation_id, c.turn, tuple(map(as_dict, c.messages)),
-                       c.prompt_tokens, c.max_tokens)
+                       c.prompt_tokens, c.max_tokens, c.profile)
         for index, c in enumerate(candidates))
 
 
@@ -339,6 +387,7 @@ def write_plan(plan: RequestPlan, path: Path) -> None:
         "messages": pa.array([list(r.messages) for r in requests], message_type),
         "prompt_tokens": pa.array([r.prompt_tokens for r in requests], pa.int64()),
         "max_tokens": pa.array([r.max_tokens for r in requests], pa.int64()),
+        "profile": pa.array([r.profile for r in requests], pa.string()),
     })
     metadata = {"schema_version": PLAN_SCHEMA_VERSION, "profile": plan.profile,
                 "seed": plan.seed, "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
@@ -367,11 +416,13 @@ def read_plan(path: Path) -> RequestPlan:
         raise ValueError(f"{path}: plan schema version {meta.get('schema_version')}, "
                          f"this suite reads {PLAN_SCHEMA_VERSION}")
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    profiles = columns.get("profile") or [meta["profile"]] * table.num_rows
     requests = tuple(
-        PlannedRequest(index, conversation_id, turn, tuple(messages), prompt_tokens, max_tokens)
-        for index, conversation_id, turn, messages, prompt_tokens, max_tokens in zip(
+        PlannedRequest(index, conversation_id, turn, tuple(messages), prompt_tokens, max_tokens,
+                       profile)
+        for index, conversation_id, turn, messages, prompt_tokens, max_tokens, profile in zip(
             columns["index"], columns["conversation_id"], columns["turn"], columns["messages"],
-            columns["prompt_tokens"], columns["max_tokens"], strict=True))
+            columns["prompt_tokens"], columns["max_tokens"], profiles, strict=True))
     if plan_sha256(requests) != meta["sha256"]:
         raise ValueError(f"{path}: the requests do not match the plan's sha256 (file altered)")
     return RequestPlan(

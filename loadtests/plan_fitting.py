@@ -45,6 +45,7 @@ class Candidate:
     turn: int
     messages: list[Message]
     max_tokens: int
+    profile: str = ""  # the profile that made it (a mix's component)
 
     @property
     def prompt_tokens(self) -> int:

@@ -45,4 +45,5 @@ def request_row(*, request_id: str, process_id: int, user_id: int, request: Plan
         "finish_reason": outcome.finish_reason,
         "status": outcome.status,
         "retry_after_s": outcome.retry_after_s,
+        "profile": request.profile or None,
     }

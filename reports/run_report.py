@@ -21,7 +21,12 @@ import yaml
 
 from vllm_slo.reports.analysis.client_health import client_health
 from vllm_slo.reports.analysis.outages import table_outages
-from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
+from vllm_slo.reports.analysis.run_metrics import (
+    RunSeries,
+    run_series,
+    summarize,
+    summarize_by_profile,
+)
 from vllm_slo.reports.analysis.server_crosscheck import latency_crosscheck
 from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
 from vllm_slo.reports.analysis.summary import (
@@ -140,6 +145,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
+        by_profile=summarize_by_profile(table, scenario.traffic.duration_s),
         warnings=status.get("warnings", []))
     return LoadedRun(document, series, table, server_records)
 

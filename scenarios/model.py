@@ -234,8 +234,11 @@ def _worker_count(value: Any) -> int | str:
                      f"got {value!r}")
 
 
+MIX_PROFILES = ("chat", "long-doc")  # the profiles a `mix` can draw conversations from
+
+
 class TrafficSpec(Frozen):
-    profile: Literal["chat", "long-doc", "sharegpt"] = "chat"
+    profile: Literal["chat", "long-doc", "sharegpt", "mix"] = "chat"
     endpoint: Literal["chat", "completions"] = "chat"
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
     duration_s: Seconds = Field(60.0, alias="duration", gt=0)
@@ -286,6 +289,20 @@ class TrafficSpec(Frozen):
     chat: ChatSpec = Field(default_factory=ChatSpec)
     long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
     sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
+    mix: dict[Literal["chat", "long-doc"], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="profile: mix — each conversation is drawn from one of these profiles "
+        "(configured in their own sections), with these weights, e.g. {chat: 3, long-doc: 1}")
+
+    @model_validator(mode="after")
+    def _mix_names_its_profiles(self) -> TrafficSpec:
+        if self.profile == "mix" and len(self.mix) < 2:
+            raise ValueError("profile: mix draws from two or more profiles: set traffic.mix, "
+                             "e.g. {chat: 3, long-doc: 1}")
+        if self.profile != "mix" and self.mix:
+            raise ValueError(f"traffic.mix is for profile: mix (this profile is "
+                             f"{self.profile!r})")
+        return self
 
     @model_validator(mode="before")
     @classmethod

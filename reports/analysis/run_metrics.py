@@ -251,3 +251,25 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
         sent_per_s=series.requests / series.window_s if series.window_s else 0.0,
         window_s=series.window_s, errors_by_kind=series.errors_by_kind,
         warnings=tuple(warnings))
+
+
+def measured_profiles(table: pa.Table) -> list[str]:
+    """The profiles of the measured rows (a mix has two or more), in first-seen order."""
+    if "profile" not in table.column_names:
+        return []
+    measured = pc.equal(table.column("phase"), "measure").fill_null(False)
+    names = table.column("profile").filter(measured).drop_null().unique().to_pylist()
+    return [str(name) for name in names]
+
+
+def summarize_by_profile(table: pa.Table, window_s: float, confidence: float = 0.95
+                         ) -> dict[str, RunSummary]:
+    """A mix's parts, each summarised on its own rows over the same window (throughput: the
+    part's tokens by arrival); {} for a run of one profile."""
+    names = measured_profiles(table)
+    if len(names) < 2:
+        return {}
+    profile = table.column("profile")
+    return {name: summarize(run_series(table.filter(pc.equal(profile, name).fill_null(False)),
+                                       window_s), confidence)
+            for name in names}

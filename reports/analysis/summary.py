@@ -112,6 +112,38 @@ class MetricEntry:
                 "percentiles": {k: e.to_json_dict() for k, e in self.percentiles.items()}}
 
 
+def metric_entries(summary: RunSummary) -> dict[str, MetricEntry]:
+    """Every latency metric of a run summary as reported (count, mean, percentiles)."""
+    entries = {}
+    for name in LATENCY_METRICS:
+        metric = summary.metrics[name]
+        entries[name] = MetricEntry(
+            count=metric.count, mean=ReportedEstimate.of(metric.mean),
+            percentiles={percentile_key(q): ReportedEstimate.of(e)
+                         for q, e in metric.percentiles.items()})
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileEntry:
+    """One part of a mix (`traffic.profile: mix`), measured on its own requests."""
+
+    requests: RequestCounts
+    output_tokens_per_s: ReportedEstimate
+    metrics: Mapping[str, MetricEntry]
+
+    @classmethod
+    def of(cls, summary: RunSummary) -> ProfileEntry:
+        return cls(RequestCounts(summary.requests, summary.ok, summary.failed,
+                                 summary.errors_by_kind),
+                   ReportedEstimate.of(summary.output_tokens_per_s), metric_entries(summary))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests.to_json_dict(),
+                "output_tokens_per_s": self.output_tokens_per_s.to_json_dict(),
+                "metrics": {name: m.to_json_dict() for name, m in self.metrics.items()}}
+
+
 @dataclass(frozen=True, slots=True)
 class RequestCounts:
     measured: int
@@ -237,10 +269,12 @@ class RunSummaryDocument(EchoesScenario):
     schema_version: int = SUMMARY_SCHEMA_VERSION
     client_health: ClientHealth | None = None  # None: a document built without the rows
     server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
+    by_profile: Mapping[str, ProfileEntry] | None = None  # a mix's parts; None: one profile
 
     def to_json_dict(self) -> dict[str, Any]:
-        """summary.json's content (JSON types only, in the documented key order)."""
-        return {
+        """summary.json's content (JSON types only, in the documented key order; `by_profile`
+        only for a mix)."""
+        document = {
             "schema_version": self.schema_version,
             "run_id": self.run_id,
             "scenario": self.scenario,
@@ -259,6 +293,8 @@ class RunSummaryDocument(EchoesScenario):
             "server_crosscheck": (None if self.server_crosscheck is None
                                   else self.server_crosscheck.to_json_dict()),
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
+            **({} if self.by_profile is None else {"by_profile": {
+                name: part.to_json_dict() for name, part in self.by_profile.items()}}),
             "slos": [slo.to_json_dict() for slo in self.slos],
             "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
                               "note": VerdictScope.WITHIN_INSTANCE.note},
@@ -266,6 +302,7 @@ class RunSummaryDocument(EchoesScenario):
             "invalid_reasons": list(self.invalid_reasons),
             "warnings": list(self.warnings),
         }
+        return document
 
 
 def build_summary(
@@ -282,18 +319,13 @@ def build_summary(
     prefix_cache_hit_rate: float | None = None,
     client_health: ClientHealth | None = None,
     server_crosscheck: LatencyCrosscheck | None = None,
+    by_profile: Mapping[str, RunSummary] | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
     (`redaction.redact_secrets`), so nothing built from the document can show a credential."""
     provenance = redact_secrets(dict(provenance))
-    metrics = {}
-    for name in LATENCY_METRICS:
-        metric = summary.metrics[name]
-        metrics[name] = MetricEntry(
-            count=metric.count, mean=ReportedEstimate.of(metric.mean),
-            percentiles={percentile_key(q): ReportedEstimate.of(e)
-                         for q, e in metric.percentiles.items()})
+    metrics = metric_entries(summary)
     return RunSummaryDocument(
         run_id=run_id,
         scenario=redact_secrets(scenario.to_yaml_dict()),
@@ -315,4 +347,6 @@ def build_summary(
         warnings=(*summary.warnings, *warnings),
         client_health=client_health,
         server_crosscheck=server_crosscheck,
+        by_profile=({name: ProfileEntry.of(part) for name, part in by_profile.items()}
+                    if by_profile else None),
     )

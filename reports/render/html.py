@@ -32,6 +32,7 @@ from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, fail
 from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
+    MetricEntry,
     ReportedEstimate,
     RequestCounts,
     RunSummaryDocument,
@@ -105,6 +106,23 @@ SUMMARY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileTable:
+    """One part of a mix: its requests, throughput and latency rows."""
+
+    name: str
+    totals: str
+    metric_rows: list[MetricRow]
+
+
+def profile_tables(summary: RunSummaryDocument) -> list[ProfileTable]:
+    return [ProfileTable(
+        name, f"{part.requests.measured:,} requests ({part.requests.ok:,} ok, "
+              f"{part.requests.failed:,} failed), output "
+              f"{format_rate(part.output_tokens_per_s, 'tok/s')}",
+        metric_rows(part.metrics)) for name, part in (summary.by_profile or {}).items()]
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorRow:
     kind: str
     count: str
@@ -146,6 +164,7 @@ class ReportView:
     verdict_scope: str  # which variation the verdicts cover
     summary_columns: list[str]
     metric_rows: list[MetricRow]
+    profile_tables: list[ProfileTable]  # a mix's parts; empty for one profile
     totals: list[tuple[str, str]]
     distribution_figures: list[FigureView]
     time_figures: list[FigureView]
@@ -175,9 +194,9 @@ def latency_cell(estimate: ReportedEstimate) -> Cell:
                 "; ".join(estimate.warnings))
 
 
-def metric_rows(summary: RunSummaryDocument) -> list[MetricRow]:
+def metric_rows(metrics: Mapping[str, MetricEntry]) -> list[MetricRow]:
     rows = []
-    for name, metric in summary.metrics.items():
+    for name, metric in metrics.items():
         estimates = {"mean": metric.mean, **metric.percentiles}
         rows.append(MetricRow(METRIC_TITLES.get(name, name), f"{metric.count:,}",
                               [latency_cell(estimates[k]) for k in SUMMARY_COLUMNS]))
@@ -427,7 +446,8 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary.slos),
         slo_rows=slo_rows(summary.slos), verdict_scope=scope_note(summary.slos),
         summary_columns=list(SUMMARY_COLUMNS),
-        metric_rows=metric_rows(summary), totals=totals(summary),
+        metric_rows=metric_rows(summary.metrics), profile_tables=profile_tables(summary),
+        totals=totals(summary),
         distribution_figures=distribution_figures, time_figures=time_figures, server=server,
         health=health_view,
         provenance=provenance_rows(summary.provenance),

@@ -206,6 +206,11 @@ def render_table(summary: RunSummaryDocument) -> str:
         lines.append(OPEN_FOOTNOTE)
     lines.append("")
     lines.append(requests_line(summary))
+    for name, part in (summary.by_profile or {}).items():  # a mix's parts
+        tails = [f"{metric} p50/p99 {format_latency(p['p50'])}/{format_latency(p['p99'])}"
+                 for metric in ("ttft", "itl", "e2e")
+                 for p in [part.metrics[metric].percentiles]]
+        lines.append(f"  {name}: {part.requests.measured} requests, " + ", ".join(tails))
     client = client_line(summary)
     if client is not None:
         lines.append(client)

@@ -84,3 +84,28 @@ def test_same_seed_sends_the_same_bytes(server: str, tmp_path: Path) -> None:
     assert not plans[0].select(columns).equals(plans[2].select(columns))
     hashes = [r.json("provenance.json")["plan"]["sha256"] for r in (first, second, third)]
     assert hashes[0] == hashes[1] != hashes[2]
+
+
+def test_mix_sends_both_parts_and_reports_each(server: str, tmp_path: Path) -> None:
+    """chat-long-doc-mix against real vLLM: every row carries its part, each part's requests
+    have that part's lengths, and summary.json summarises the parts on their own rows."""
+    result = attach(server, "chat-long-doc-mix", tmp_path, "traffic.arrival.rate=3",
+                    "traffic.mix={chat: 1, long-doc: 1}")
+    assert result.returncode in (0, 1, 3), result.output
+    table = rows(result)
+    assert table["ok"] and all(table["ok"]), {e for e in table["error"] if e}
+    parts = np.asarray(table["profile"])
+    planned = np.asarray(table["prompt_tokens_planned"])
+    outputs = np.asarray(table["output_tokens"])
+    assert set(parts) == {"chat", "long-doc"}
+    assert planned[parts == "long-doc"].min() >= 1500
+    assert planned[parts == "chat"].max() < 1500
+    assert set(outputs[parts == "chat"]) == {32} and set(outputs[parts == "long-doc"]) == {64}
+    summary = result.json("summary.json")
+    measured = np.asarray(table["phase"]) == "measure"
+    for part in ("chat", "long-doc"):
+        entry = summary["by_profile"][part]
+        assert entry["requests"]["measured"] == int(np.sum(measured & (parts == part)))
+    assert sum(e["requests"]["measured"] for e in summary["by_profile"].values()) == \
+        summary["requests"]["measured"]
+    assert "By profile" in (result.run_dir / "report.html").read_text()

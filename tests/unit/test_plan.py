@@ -231,7 +231,8 @@ def test_long_doc_overlong_trim_and_reject_counts(tiny_counter) -> None:
     kept_ids = [r.conversation_id for r in rejected.requests]
     assert kept_ids == [c for c, was_over in enumerate(over) if not was_over][:60]
     assert rejected.requests == tuple(
-        PlannedRequest(i, r.conversation_id, 0, r.messages, r.prompt_tokens, r.max_tokens)
+        PlannedRequest(i, r.conversation_id, 0, r.messages, r.prompt_tokens, r.max_tokens,
+                       "long-doc")
         for i, r in enumerate(more[c] for c in kept_ids))
     assert rejected.rejected == sum(over[: kept_ids[-1] + 1])
 
@@ -276,7 +277,8 @@ def test_write_and_read_round_trip(tiny_counter, tmp_path, profile: str) -> None
     assert prompt_bytes(again) == prompt_bytes(plan)
     table = pq.read_table(path)
     assert table.column_names == ["index", "conversation_id", "turn", "messages",
-                                  "prompt_tokens", "max_tokens"]
+                                  "prompt_tokens", "max_tokens", "profile"]
+    assert set(table.column("profile").to_pylist()) == {plan.profile}
 
 
 def test_read_plan_detects_altered_requests(tiny_counter, tmp_path) -> None:

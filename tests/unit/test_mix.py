@@ -1,0 +1,132 @@
+"""`traffic.profile: mix` (chat + long-doc in one run, issue 10's chunked-prefill claim): the
+plan draws each conversation from one part by weight and tags every request with it; the rows
+carry the tag; summary.json, report.html and the terminal summarise each part on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from vllm_slo.loadtests.plan import build_plan, canonical_bytes, read_plan, write_plan
+from vllm_slo.reports.analysis.run_metrics import (
+    measured_profiles,
+    run_series,
+    summarize,
+    summarize_by_profile,
+)
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.loader import load_scenario
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+
+REPO = Path(__file__).resolve().parents[2]
+MIX = {"profile": "mix", "seed": 7, "mix": {"chat": 3, "long-doc": 1},
+       "chat": {"turns": 2, "output_tokens": 16},
+       "long-doc": {"min_doc_tokens": 300, "max_doc_tokens": 600, "output_tokens": 8}}
+
+
+def test_a_mix_draws_conversations_by_weight_and_tags_each_request(tiny_counter,
+                                                                   tmp_path: Path) -> None:
+    plan = build_plan(TrafficSpec.model_validate(MIX), tiny_counter, 4096, 400)
+    by_conversation: dict[int, set[str]] = {}
+    for request in plan.requests:
+        by_conversation.setdefault(request.conversation_id, set()).add(request.profile)
+    assert all(len(parts) == 1 for parts in by_conversation.values())  # one part each
+    long_docs = sum("long-doc" in parts for parts in by_conversation.values())
+    share = long_docs / len(by_conversation)
+    assert 0.15 < share < 0.35, share  # weight 1 of 4 (about 250 conversations drawn)
+    for request in plan.requests:
+        if request.profile == "long-doc":
+            assert request.max_tokens == 8 and request.prompt_tokens >= 300
+        else:
+            assert request.max_tokens == 16 and request.messages[0]["role"] == "system"
+    # a chat conversation of the mix is the chat profile's own conversation of that number
+    chat_alone = build_plan(TrafficSpec.model_validate(
+        {"profile": "chat", "seed": 7, "chat": MIX["chat"]}), tiny_counter, 4096, 800)
+    alone = {(r.conversation_id, r.turn): r.messages for r in chat_alone.requests}
+    mixed_chat = [r for r in plan.requests if r.profile == "chat"]
+    assert mixed_chat and all(alone[(r.conversation_id, r.turn)] == r.messages
+                              for r in mixed_chat if (r.conversation_id, r.turn) in alone)
+    # prefixes, and the tags survive the plan file; the hash covers what is sent only
+    shorter = build_plan(TrafficSpec.model_validate(MIX), tiny_counter, 4096, 100)
+    assert shorter.requests == plan.requests[:100]
+    write_plan(plan, tmp_path / "plan.parquet")
+    assert read_plan(tmp_path / "plan.parquet").requests == plan.requests
+    assert b"long-doc" not in b"".join(canonical_bytes(plan.requests))
+
+
+def test_mix_settings_are_checked() -> None:
+    with pytest.raises(ScenarioError, match="profile: mix draws from two or more profiles"):
+        load_scenario("chat", ["traffic.profile=mix"])
+    with pytest.raises(ScenarioError, match=r"traffic\.mix is for profile: mix"):
+        load_scenario("chat", ["traffic.mix={chat: 1, long-doc: 1}"])
+    with pytest.raises(ScenarioError, match=r"traffic\.mix"):
+        load_scenario("chat", ["traffic.profile=mix", "traffic.mix={chat: 1, sharegpt: 1}"])
+    with pytest.raises(ScenarioError, match="greater than 0"):
+        load_scenario("chat", ["traffic.profile=mix", "traffic.mix={chat: 1, long-doc: 0}"])
+
+
+def _rows(profile: str, ttft_s: float, itl_s: float, n: int, start: int) -> list[dict]:
+    rows = []
+    for k in range(n):
+        offsets = [ttft_s + itl_s * j for j in range(8)]
+        rows.append({"request_id": f"{profile}-{k}", "process_id": 1, "user_id": k,
+                     "plan_index": start + k, "conversation_id": start + k, "turn": 0,
+                     "phase": "measure", "endpoint": "chat",
+                     "intended_send_unix_s": 1000.0 + 0.05 * k, "send_unix_s": 1000.0 + 0.05 * k,
+                     "send_lag_s": 0.0, "ttft_s": ttft_s, "e2e_s": offsets[-1],
+                     "chunk_offsets_s": offsets, "output_tokens": 8, "prompt_tokens": 10,
+                     "max_tokens": 8, "status_code": 200, "ok": True, "status": "ok",
+                     "profile": profile})
+    return rows
+
+
+def test_each_part_is_summarised_on_its_own_requests() -> None:
+    rng = np.random.default_rng(3)
+    rows = _rows("chat", 0.05, 0.01, 60, 0) + _rows("long-doc", 0.8, 0.02, 20, 100)
+    order = rng.permutation(len(rows))
+    table = pa.Table.from_pylist([rows[i] for i in order], schema=SAMPLE_SCHEMA)
+    assert sorted(measured_profiles(table)) == ["chat", "long-doc"]
+    parts = summarize_by_profile(table, 10.0)
+    assert parts["chat"].requests == 60 and parts["long-doc"].requests == 20
+    assert parts["chat"].metrics["ttft"].percentiles[50].value == pytest.approx(0.05)
+    assert parts["long-doc"].metrics["ttft"].percentiles[50].value == pytest.approx(0.8)
+    assert parts["long-doc"].metrics["itl"].percentiles[50].value == pytest.approx(0.02)
+    whole = summarize(run_series(table, 10.0))
+    assert whole.requests == 80
+    one_profile = pa.Table.from_pylist(_rows("chat", 0.05, 0.01, 10, 0), schema=SAMPLE_SCHEMA)
+    assert summarize_by_profile(one_profile, 10.0) == {}
+
+
+def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> None:
+    """summary.json (schema-valid, `by_profile` only for a mix), report.html's section and
+    the terminal lines, from a run folder written as the runner writes one."""
+    import yaml
+
+    from vllm_slo.reports.run_report import render_run
+    from vllm_slo.scenarios.samples_format import SampleWriter
+
+    scenario, _ = load_scenario("chat", ["traffic.profile=mix",
+                                         "traffic.mix={chat: 3, long-doc: 1}",
+                                         "traffic.duration=10s", "slo={}"])
+    run_dir = tmp_path / "mix-run"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    writer = SampleWriter(run_dir / "samples" / "samples-host-1.arrows")
+    for row in _rows("chat", 0.05, 0.01, 60, 0) + _rows("long-doc", 0.8, 0.02, 20, 100):
+        writer.append(row)
+    writer.close()
+    rendered = render_run(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jsonschema.validate(summary, json.loads(
+        (REPO / "reports" / "schema" / "summary.schema.json").read_text()))
+    assert list(summary["by_profile"]) == ["chat", "long-doc"]
+    assert summary["by_profile"]["long-doc"]["requests"]["measured"] == 20
+    html = (run_dir / "report.html").read_text()
+    assert 'id="by-profile"' in html and "<h3>long-doc</h3>" in html
+    assert "  long-doc: 20 requests, ttft p50/p99" in rendered.text
