@@ -7,6 +7,7 @@
 # Each scenario is `python3 -m vllm_slo run scenario=NAME` (or `tune` for h200-tune) with
 # --runs-dir /tmp/claims; the device's vLLM comes from the recipe (docs/gpu.md), sourced by
 # the caller: eval "$(bash .gpu/recipe/device.sh env)". Results go to docs/results/h200/.
+# CLAIM_ARGS (optional): overrides appended to every command (e.g. a short trial to try it).
 set -uo pipefail
 CLAIMS=/tmp/claims
 DRIVER_LOG=$CLAIMS/driver.log
@@ -22,7 +23,7 @@ start() {
       local command=run
       [ "$name" = h200-tune ] && command=tune
       echo "echo \"=== \$(date -u +%T) $command $name\""
-      echo "python3 -m vllm_slo --runs-dir $CLAIMS $command scenario=$name; echo \"=== exit \$? $name\""
+      echo "python3 -m vllm_slo --runs-dir $CLAIMS $command scenario=$name ${CLAIM_ARGS:-}; echo \"=== exit \$? $name\""
     done
     echo "echo '=== all done'"
   } > "$script"
