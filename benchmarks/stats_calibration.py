@@ -49,12 +49,16 @@ from scipy import signal, stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vllm_slo.reports.analysis import effective_size
 from vllm_slo.reports.analysis.statistics import (
     across_trials_estimate,
     goodput_estimate,
     itl_percentile_estimate,
     mean_estimate,
+    order_statistic_interval,
     percentile_estimate,
+    percentile_estimates,
+    time_ordered,
 )
 from vllm_slo.reports.analysis.trial_planning import trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
@@ -659,6 +663,21 @@ def itl_true_percentiles(
     mixture weighted by C - N; its quantiles come from ``n_draws`` independent draws (Monte
     Carlo error about 0.1% of p99, far inside the intervals judged).
     """
+    gaps, weights = _itl_stationary_draws(streams, n_draws, seed)
+    order = np.argsort(gaps)
+    weight = np.cumsum(weights[order])
+    weight /= weight[-1]
+    return {q: float(gaps[order][np.searchsorted(weight, q / 100.0)]) for q in percentiles}
+
+
+def itl_true_mean(streams: int, n_draws: int = 4_000_000, seed: int = 11) -> float:
+    """Mean of the stationary ITL distribution (the draws of ``itl_true_percentiles``)."""
+    gaps, weights = _itl_stationary_draws(streams, n_draws, seed)
+    return float(np.average(gaps, weights=weights))
+
+
+def _itl_stationary_draws(streams: int, n_draws: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Independent step gaps and their weights (gaps a step yields) for the two above."""
     rng = np.random.default_rng(seed)
     mean_length = float(np.mean(np.arange(ITL_OUTPUT_TOKENS[0], ITL_OUTPUT_TOKENS[1] + 1)))
     new = rng.binomial(streams, 1.0 / mean_length, n_draws)
@@ -669,10 +688,7 @@ def itl_true_percentiles(
     gaps = (ITL_DECODE_STEP_S * np.exp(ITL_STEP_SIGMA * rng.standard_normal(n_draws))
             + ITL_PREFILL_S_PER_TOKEN * prompt_tokens
             + rng.exponential(ITL_JITTER_S, n_draws) - rng.exponential(ITL_JITTER_S, n_draws))
-    order = np.argsort(gaps)
-    weight = np.cumsum((streams - new)[order].astype(float))
-    weight /= weight[-1]
-    return {q: float(gaps[order][np.searchsorted(weight, q / 100.0)]) for q in percentiles}
+    return gaps, (streams - new).astype(float)
 
 
 @dataclass(frozen=True)
@@ -735,6 +751,236 @@ def itl_coverage(
 
 
 # --------------------------------------------------------------------------------------------
+# Large series: the batch-means effective size (effective_size.batch_means_tau) that series of
+# more than effective_size.BATCHED_ABOVE samples get, against the exact estimate
+
+
+#: Just above ``BATCHED_ABOVE`` (4,194,304), so ``percentile_estimates`` and ``mean_estimate``
+#: themselves take the batched path; the exact estimate is computed beside them.
+LARGE_SAMPLES: int = 4_200_000
+LARGE_RHO_RANGE: tuple[float, float] = (0.5, 0.99)
+LARGE_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+#: Short batches for comparison: ``ceil(n / 2^20)`` samples (4 at 4.2 M samples), about a
+#: million batch means instead of the rule's sqrt(n).
+LARGE_SHORT_MEANS: int = 1 << 20
+LARGE_ITL_STREAMS: int = 64
+LARGE_ITL_STEPS: int = 70_000  # ~4.46 M gaps at 64 streams
+LARGE_METHODS: tuple[str, ...] = ("exact", "batched", "short batches")
+
+
+@dataclass(frozen=True)
+class LargeSeriesCoverage:
+    """One statistic's 95% intervals on large simulated series, by effective-size method.
+
+    ``covered[i]``: runs whose interval with the ``LARGE_METHODS[i]`` effective size covers the
+    truth; ``ratios[i]``: that effective size over the exact one, per run; ``disagree``: runs
+    where the exact and the batched (report's) interval differ in covering the truth.
+    ``replicated_tau``: the tau the runs themselves show, the mean over runs of ``n (S -
+    s)^2 / v`` (S the run's share of samples at or below the true percentile s = q, v = q (1 -
+    q); for the mean, S the run's mean, s the true mean, v the run's variance), against
+    ``mean_tau[i]``, the mean of ``n / n_eff`` by method."""
+
+    model: str
+    what: str
+    runs: int
+    samples: float  # median series length
+    covered: tuple[int, ...]
+    ratios: tuple[tuple[float, ...], ...]
+    median_n_effective: float  # exact
+    disagree: int
+    replicated_tau: float
+    mean_tau: tuple[float, ...]
+
+    def coverage(self, method: int) -> float:
+        return self.covered[method] / self.runs
+
+    def ratio_range(self, method: int) -> tuple[float, float, float]:
+        """Minimum, median and maximum of n_eff(method) / n_eff(exact) over the runs."""
+        values = np.asarray(self.ratios[method])
+        return float(values.min()), float(np.median(values)), float(values.max())
+
+
+def _t_interval(x: np.ndarray, n_eff: float) -> tuple[float, float]:
+    half = float(stats.t.ppf(0.975, n_eff - 1.0)) * float(x.std(ddof=1)) / math.sqrt(n_eff)
+    return float(x.mean()) - half, float(x.mean()) + half
+
+
+def _replicated_terms(x: np.ndarray, truth: dict[str, float]) -> dict[str, float]:
+    """``n (S - s)^2 / v`` of one run for each statistic (see ``LargeSeriesCoverage``)."""
+    n = x.size
+    terms = {}
+    for what, value in truth.items():
+        if what == "mean":
+            terms[what] = n * (float(x.mean()) - value) ** 2 / float(x.var())
+        else:
+            q = float(what[1:]) / 100.0
+            terms[what] = n * (float(np.count_nonzero(x <= value)) / n - q) ** 2 / (q * (1 - q))
+    return terms
+
+
+def _large_series_intervals(
+    x: np.ndarray, percentiles: Sequence[float],
+) -> dict[str, list[tuple[float, float, float]]]:
+    """(n_eff, ci_low, ci_high) by method for each percentile and the mean of one series.
+
+    The batched row is what the report computes (``percentile_estimates``, ``mean_estimate``:
+    the series is longer than ``BATCHED_ABOVE``); the exact and stress rows put their own
+    effective size into the same order-statistic and t intervals (short batches: 2^20 batch
+    means, ``LARGE_SHORT_MEANS``)."""
+    n = x.size
+    short = -(-n // LARGE_SHORT_MEANS)
+    ordered = np.sort(x)
+    reported = percentile_estimates(x, percentiles)
+    mean = mean_estimate(x)
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    for percentile in percentiles:
+        q = percentile / 100.0
+        estimate = reported[percentile]
+        assert estimate.ci_low is not None and estimate.ci_high is not None
+        row = []
+        for tau in (effective_size.exact_indicator_tau(x, estimate.value),
+                    effective_size.batched_indicator_tau(x, estimate.value, short)):
+            n_eff = min(float(n), max(1.0, n / tau))
+            interval = order_statistic_interval(ordered, q, n_eff)
+            assert interval is not None
+            row.append((n_eff, *interval))
+        rows[f"p{percentile:g}"] = [row[0], (estimate.n_effective, estimate.ci_low,
+                                             estimate.ci_high), row[1]]
+    assert mean.ci_low is not None and mean.ci_high is not None
+    mean_row = [(n_eff, *_t_interval(x, n_eff)) for n_eff in (
+        min(float(n), n / effective_size.exact_series_tau(x)),
+        min(float(n), n / effective_size.batched_series_tau(x, short)))]
+    rows["mean"] = [mean_row[0], (mean.n_effective, mean.ci_low, mean.ci_high), mean_row[1]]
+    return rows
+
+
+def _large_coverage(
+    model: str, per_run: list[dict[str, list[tuple[float, float, float]]]],
+    truths: list[dict[str, float]], samples: list[int], replicated: list[dict[str, float]],
+) -> list[LargeSeriesCoverage]:
+    results = []
+    for what in per_run[0]:
+        covered = np.array([[low <= truth[what] <= high for _, low, high in run[what]]
+                            for run, truth in zip(per_run, truths, strict=True)])
+        n_eff = np.array([[value for value, _, _ in run[what]] for run in per_run])
+        results.append(LargeSeriesCoverage(
+            model, what, len(per_run), float(np.median(samples)),
+            tuple(int(c) for c in covered.sum(axis=0)),
+            tuple(tuple(float(r) for r in n_eff[:, i] / n_eff[:, 0])
+                  for i in range(len(LARGE_METHODS))),
+            float(np.median(n_eff[:, 0])), int((covered[:, 0] != covered[:, 1]).sum()),
+            float(np.mean([terms[what] for terms in replicated])),
+            tuple(float(v) for v in (np.asarray(samples)[:, None] / n_eff).mean(axis=0))))
+    return results
+
+
+def large_series_coverage_ar1(
+    n_runs: int, n_samples: int = LARGE_SAMPLES, seed: int = 21,
+) -> list[LargeSeriesCoverage]:
+    """AR(1) log-normal series (rho in ``LARGE_RHO_RANGE``, s in ``TAIL_S_RANGE``) of
+    `n_samples`: coverage of the true percentiles and mean by effective-size method."""
+    rng = np.random.default_rng(seed)
+    per_run, truths, replicated = [], [], []
+    for _ in range(n_runs):
+        rho, tail_s = float(rng.uniform(*LARGE_RHO_RANGE)), float(rng.uniform(*TAIL_S_RANGE))
+        x = simulate_runs(np.array([rho]), np.array([tail_s]), np.ones(1), n_samples, rng)[0]
+        per_run.append(_large_series_intervals(x, LARGE_PERCENTILES))
+        truth = {f"p{q:g}": true_percentile_s(tail_s, q) for q in LARGE_PERCENTILES}
+        truth["mean"] = math.exp(MU_LOG_S + tail_s**2 / 2.0)
+        truths.append(truth)
+        replicated.append(_replicated_terms(x, truth))
+    return _large_coverage("AR(1)", per_run, truths, [n_samples] * n_runs, replicated)
+
+
+def large_series_coverage_itl(
+    n_runs: int, streams: int = LARGE_ITL_STREAMS, steps: int = LARGE_ITL_STEPS,
+    seed: int = 22, truth_draws: int = 4_000_000,
+) -> list[LargeSeriesCoverage]:
+    """Time-ordered ITL gaps of ``simulate_itl_run`` (C streams in lock step, shared prefill
+    stalls, step autocorrelation in ``ITL_STEP_RHO_RANGE``), the same comparison."""
+    rng = np.random.default_rng(seed)
+    truth = {f"p{q:g}": v for q, v in itl_true_percentiles(streams, ITL_PERCENTILES,
+                                                           truth_draws).items()}
+    truth["mean"] = itl_true_mean(streams, truth_draws)
+    per_run, samples, replicated = [], [], []
+    for _ in range(n_runs):
+        run = simulate_itl_run(streams, steps, float(rng.uniform(*ITL_STEP_RHO_RANGE)), rng)
+        gaps = time_ordered(run.gap_s, run.arrival_s)
+        samples.append(gaps.size)
+        per_run.append(_large_series_intervals(gaps, ITL_PERCENTILES))
+        replicated.append(_replicated_terms(gaps, truth))
+    return _large_coverage(f"ITL C={streams}", per_run, [truth] * n_runs, samples, replicated)
+
+
+#: The open-loop model of benchmarks/analysis_scale.py (its synthetic 1 M-request run): requests
+#: sent at random at 160 a second, 250 chunks each; a request's gaps share its level.
+OPEN_LOOP_REQUESTS: int = 18_000  # 4.48 M gaps
+OPEN_LOOP_CHUNKS: int = 250
+OPEN_LOOP_RATE: float = 160.0
+OPEN_LOOP_LEVEL_RHO: float = 0.9
+OPEN_LOOP_GAP_S: float = 0.015
+OPEN_LOOP_LEVEL_SIGMA: float = 0.25
+OPEN_LOOP_NOISE_SIGMA: float = 0.35
+
+
+def simulate_open_loop_itl(n_requests: int, rng: np.random.Generator) -> np.ndarray:
+    """Time-ordered ITL gaps of the analysis benchmark's synthetic run.
+
+    Request i (sent uniformly at random at ``OPEN_LOOP_RATE`` a second) has a level ``z_i``, a
+    stationary AR(1) over requests with marginal N(0, 1) (the load); its TTFT is
+    ``0.08 exp(0.45 z_i + 0.25 e)`` and each of its ``OPEN_LOOP_CHUNKS - 1`` gaps
+    ``OPEN_LOOP_GAP_S exp(OPEN_LOOP_LEVEL_SIGMA z_i + OPEN_LOOP_NOISE_SIGMA e')``. About 600
+    requests stream at once, so one request's gaps lie ~600 positions apart in arrival order
+    and its level correlates gaps over ~150,000 positions, a little at each lag."""
+    send_s = np.sort(rng.uniform(0.0, n_requests / OPEN_LOOP_RATE, n_requests))
+    level = ar1_standard(np.array([OPEN_LOOP_LEVEL_RHO]), n_requests, rng)[0]
+    gaps = (OPEN_LOOP_GAP_S * np.exp(OPEN_LOOP_LEVEL_SIGMA * level))[:, None] * np.exp(
+        OPEN_LOOP_NOISE_SIGMA * rng.standard_normal((n_requests, OPEN_LOOP_CHUNKS - 1)))
+    ttft_s = 0.08 * np.exp(0.45 * level + 0.25 * rng.standard_normal(n_requests))
+    arrival_s = (send_s + ttft_s)[:, None] + np.cumsum(gaps, axis=1)
+    return time_ordered(gaps.ravel(), arrival_s.ravel())
+
+
+def large_series_coverage_open_loop(
+    n_runs: int, n_requests: int = OPEN_LOOP_REQUESTS, seed: int = 23,
+) -> list[LargeSeriesCoverage]:
+    """``simulate_open_loop_itl`` runs; truth: a gap is log-normal with log-sd
+    ``sqrt(OPEN_LOOP_LEVEL_SIGMA^2 + OPEN_LOOP_NOISE_SIGMA^2)`` (analytic)."""
+    rng = np.random.default_rng(seed)
+    sigma = math.hypot(OPEN_LOOP_LEVEL_SIGMA, OPEN_LOOP_NOISE_SIGMA)
+    truth = {f"p{q:g}": OPEN_LOOP_GAP_S * math.exp(sigma * float(stats.norm.ppf(q / 100.0)))
+             for q in LARGE_PERCENTILES}
+    truth["mean"] = OPEN_LOOP_GAP_S * math.exp(sigma**2 / 2.0)
+    per_run, samples, replicated = [], [], []
+    for _ in range(n_runs):
+        gaps = simulate_open_loop_itl(n_requests, rng)
+        samples.append(gaps.size)
+        per_run.append(_large_series_intervals(gaps, LARGE_PERCENTILES))
+        replicated.append(_replicated_terms(gaps, truth))
+    return _large_coverage("open-loop ITL", per_run, [truth] * n_runs, samples, replicated)
+
+
+def _print_large(ar1_runs: int, itl_runs: int, open_loop_runs: int) -> None:
+    print(f"Large series (> {effective_size.BATCHED_ABOVE:,} samples: effective size from "
+          f"batch means, batch length ceil(sqrt(n)): "
+          f"{effective_size.batch_length(LARGE_SAMPLES)} at {LARGE_SAMPLES:,}) against the exact "
+          "Geyer estimate: 95% CI coverage by method "
+          f"({' / '.join(LARGE_METHODS)}), n_eff / exact n_eff (min, median, max), runs whose "
+          "exact and batched intervals disagree on covering the truth; tau: what the runs "
+          "show (replicated) and the mean of n / n_eff by method")
+    for result in (*large_series_coverage_ar1(ar1_runs), *large_series_coverage_itl(itl_runs),
+                   *large_series_coverage_open_loop(open_loop_runs)):
+        coverage = " / ".join(f"{result.coverage(i):.1%}" for i in range(len(LARGE_METHODS)))
+        ratios = "; ".join("{:.3f} {:.3f} {:.3f}".format(*result.ratio_range(i))
+                           for i in (1, 2))
+        taus = " / ".join(f"{t:,.1f}" for t in result.mean_tau)
+        print(f"    {result.model} {result.what:>4}: {coverage} of {result.runs} runs of "
+              f"{result.samples:,.0f}; exact n_eff {result.median_n_effective:,.0f}; ratio "
+              f"{ratios}; disagree {result.disagree}; tau replicated "
+              f"{result.replicated_tau:,.1f} vs {taus}")
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def _print_instance_effects(n_configs: int, runs_per_config: int, single_runs: int,
@@ -794,7 +1040,16 @@ def _print_itl(runs: int, streams: Sequence[int], stress_runs: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="the sizes the unit tests use")
+    parser.add_argument("--only", choices=("large",),
+                        help="large: only the large-series (batch means) section")
+    parser.add_argument("--large-runs", type=int, nargs=3, default=(150, 40, 80),
+                        metavar=("AR1", "ITL", "OPEN"), help="runs of the large-series section")
     args = parser.parse_args(argv)
+    if args.only == "large":
+        start = time.perf_counter()
+        _print_large(*args.large_runs)
+        print(f"(total {time.perf_counter() - start:.0f} s)")
+        return 0
     runs, pairs, naive_pairs, power_reps, gate_reps = (
         (1000, 1000, 1000, 300, 500) if args.quick else (4000, 4000, 2000, 1000, 2000))
     instance_sizes = (8, 500, 40, 50) if args.quick else (40, 1000, 50, 100)
