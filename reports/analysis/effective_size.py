@@ -186,7 +186,9 @@ def batched_series_tau(x: np.ndarray, batch: int) -> float:
     """`batch_means_tau` of the series itself (1 for a constant series, as the exact path)."""
     mean = float(x.mean())
     variance = _centered_sum_squares(x, mean) / x.size
-    if not variance > 1e-12 * max(float(np.dot(x, x)), 1e-300) / x.size:
+    # the exact path's test (sum of centered squares > 1e-12 sum(x^2) / n), with sum(x^2) / n
+    # as variance + mean^2 rather than another pass
+    if not variance * x.size > 1e-12 * max(variance + mean * mean, 1e-300):
         return 1.0
     return batch_means_tau(batch_sums(x, batch) / batch, batch, variance)
 
