@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_slo.reports.analysis.run_metrics import run_series
+from vllm_slo.reports.analysis.run_metrics import run_series, series_by_profile
 from vllm_slo.reports.analysis.trials import Trial, TrialOutcome
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.samples import load_samples
@@ -21,9 +21,10 @@ def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
     provenance_path = run_dir / PROVENANCE_FILE
     provenance = json.loads(provenance_path.read_text()) if provenance_path.is_file() else {}
     outcome = TrialOutcome.from_json_dict(json.loads((run_dir / SUMMARY_FILE).read_text()))
-    series = run_series(load_samples(run_dir), scenario.traffic.duration_s)
+    table = load_samples(run_dir)
+    window_s = scenario.traffic.duration_s
     return Trial(variant, position, run_dir, scenario, redact_secrets(provenance), outcome,
-                 series)
+                 run_series(table, window_s), series_by_profile(table, window_s))
 
 
 def is_experiment(run_dir: Path) -> bool:

@@ -382,11 +382,17 @@ _CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
 
 
 def _check_cell(cell: str) -> str:
-    match = _CELL.match(cell)
+    """A whole-run cell (`itl.p99`) or one part's of a mix (`chat:itl.p99`)."""
+    part, separator, base = cell.rpartition(":")
+    if separator and part not in MIX_PROFILES:
+        raise ValueError(f"{part!r}: a cell's part is one of {', '.join(MIX_PROFILES)} "
+                         "(e.g. chat:itl.p99, for profile: mix)")
+    match = _CELL.match(base)
     if not match:
         raise ValueError(
             "expected metric.statistic: ttft|itl|tpot|e2e with pNN or mean (e.g. ttft.p50, "
-            "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate")
+            "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate, "
+            "optionally for one part of a mix (chat:itl.p99)")
     statistic = match.group(3)
     if statistic and statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
         raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
@@ -551,6 +557,18 @@ class Scenario(Frozen):
     tune: TuneSpec | None = Field(None, description="`vllm-slo tune`: the search space")
     side_by_side: SideBySideSpec | None = Field(
         None, description="run each round's variants at once, on rotating device slots")
+
+    @model_validator(mode="after")
+    def _part_cells_name_parts_of_the_mix(self) -> Scenario:
+        for cell in self.compare.cells:
+            part, separator, _ = cell.rpartition(":")
+            if separator and part not in self.traffic.mix:
+                raise ValueError(
+                    f"compare.cells {cell!r}: {part!r} is not a part of this run's traffic "
+                    f"(profile {self.traffic.profile!r}"
+                    + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
+                    + "); part cells are for profile: mix")
+        return self
 
     @model_validator(mode="after")
     def _side_by_side_places_every_variant(self) -> Scenario:

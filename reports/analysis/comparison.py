@@ -22,7 +22,12 @@ from vllm_slo.reports.analysis.trial_statistics import (
     smallest_adjusted_p,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import Trial, cell_value, lower_is_better
+from vllm_slo.reports.analysis.trials import (
+    Trial,
+    lower_is_better,
+    split_cell,
+    trial_cell_value,
+)
 from vllm_slo.scenarios.units import format_duration_s
 
 
@@ -34,7 +39,7 @@ class Group:
     trials: tuple[Trial, ...]
 
     def values(self, cell: str) -> np.ndarray:
-        values = [cell_value(t.series, cell) for t in self.trials if t.valid]
+        values = [trial_cell_value(t, cell) for t in self.trials if t.valid]
         return np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
     @property
@@ -154,6 +159,7 @@ MAX_LISTED_TRIALS = 12
 def format_cell_value(cell: str, value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
+    cell = split_cell(cell)[1]
     if cell.startswith("output_throughput"):
         return f"{value:,.1f} tok/s"
     if cell.startswith("request_throughput"):

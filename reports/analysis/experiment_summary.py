@@ -30,7 +30,7 @@ from vllm_slo.reports.analysis.comparison import (
 from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
-from vllm_slo.reports.analysis.trials import Trial, cell_value
+from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants
@@ -342,7 +342,7 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
     trials = tuple(
         TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
                    t.outcome.exit_code, t.outcome.invalid_reasons,
-                   {c: _number(cell_value(t.series, c)) for c in cells})
+                   {c: _number(trial_cell_value(t, c)) for c in cells})
         for t in group.trials)
     return VariantEntry(group.label, trials,
                         {c: ReportedEstimate.of(center_estimate(group, c)) for c in cells},

@@ -262,14 +262,19 @@ def measured_profiles(table: pa.Table) -> list[str]:
     return [str(name) for name in names]
 
 
-def summarize_by_profile(table: pa.Table, window_s: float, confidence: float = 0.95
-                         ) -> dict[str, RunSummary]:
-    """A mix's parts, each summarised on its own rows over the same window (throughput: the
+def series_by_profile(table: pa.Table, window_s: float) -> dict[str, RunSeries]:
+    """A mix's parts, each a series of its own rows over the same window (throughput: the
     part's tokens by arrival); {} for a run of one profile."""
     names = measured_profiles(table)
     if len(names) < 2:
         return {}
     profile = table.column("profile")
-    return {name: summarize(run_series(table.filter(pc.equal(profile, name).fill_null(False)),
-                                       window_s), confidence)
+    return {name: run_series(table.filter(pc.equal(profile, name).fill_null(False)), window_s)
             for name in names}
+
+
+def summarize_by_profile(table: pa.Table, window_s: float, confidence: float = 0.95
+                         ) -> dict[str, RunSummary]:
+    """Each part of a mix summarised on its own (`series_by_profile`)."""
+    return {name: summarize(series, confidence)
+            for name, series in series_by_profile(table, window_s).items()}

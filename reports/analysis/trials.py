@@ -6,7 +6,7 @@ is `reports.trial_folders`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class Trial:
     provenance: dict[str, Any]  # redacted
     outcome: TrialOutcome
     series: RunSeries
+    parts: Mapping[str, RunSeries] = field(default_factory=dict)  # a mix's parts, by profile
 
     @property
     def valid(self) -> bool:
@@ -51,6 +52,21 @@ class Trial:
     @property
     def label(self) -> str:
         return self.variant or "run"
+
+
+def split_cell(cell: str) -> tuple[str | None, str]:
+    """`chat:itl.p99` (a cell of one part of a mix) -> ("chat", "itl.p99"); a whole-run cell
+    -> (None, cell)."""
+    part, separator, base = cell.rpartition(":")
+    return (part, base) if separator else (None, cell)
+
+
+def trial_cell_value(trial: Trial, cell: str) -> float | None:
+    """A trial's statistic for a whole-run cell or a part's (None when the trial has no such
+    part or no data for it)."""
+    part, base = split_cell(cell)
+    series = trial.series if part is None else trial.parts.get(part)
+    return None if series is None else cell_value(series, base)
 
 
 def cell_value(series: RunSeries, cell: str) -> float | None:
@@ -73,4 +89,4 @@ def cell_value(series: RunSeries, cell: str) -> float | None:
 
 
 def lower_is_better(cell: str) -> bool:
-    return cell not in THROUGHPUT_CELLS
+    return split_cell(cell)[1] not in THROUGHPUT_CELLS

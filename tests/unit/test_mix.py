@@ -130,3 +130,46 @@ def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> Non
     html = (run_dir / "report.html").read_text()
     assert 'id="by-profile"' in html and "<h3>long-doc</h3>" in html
     assert "  long-doc: 20 requests, ttft p50/p99" in rendered.text
+
+
+def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
+    """`compare.cells: [chat:ttft.p50, long-doc:ttft.p50]`: each trial's value comes from its
+    own part's rows; a change in the chat part only is found there and not in the other."""
+    import yaml
+
+    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.reports.experiment_report import render_experiment
+    from vllm_slo.reports.run_report import render_run
+    from vllm_slo.scenarios.loader import resolve_variants
+    from vllm_slo.scenarios.samples_format import SampleWriter
+
+    scenario, _ = load_scenario("chat", [
+        "traffic.profile=mix", "traffic.mix={chat: 3, long-doc: 1}", "traffic.duration=10s",
+        "slo={}", "trials=5", "variants={a: {}, b: {}}",
+        "compare.cells=[chat:ttft.p50, long-doc:ttft.p50, chat:output_throughput.mean]"])
+    root = tmp_path / "mix-ab"
+    root.mkdir()
+    (root / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    arms = resolve_variants(scenario)
+    rng = np.random.default_rng(5)
+    for position, (name, k) in enumerate(trial_order(["a", "b"], 5), start=1):
+        folder = root / "trials" / trial_folder_name(position, name, k)
+        folder.mkdir(parents=True)
+        (folder / "scenario.yaml").write_text(yaml.safe_dump(arms[name].to_yaml_dict()))
+        chat_ttft = (0.05 if name == "a" else 0.10) * rng.lognormal(0, 0.03)
+        writer = SampleWriter(folder / "samples" / "samples-host-1.arrows")
+        for row in (_rows("chat", chat_ttft, 0.01, 60, 0)
+                    + _rows("long-doc", 0.8 * rng.lognormal(0, 0.03), 0.02, 20, 100)):
+            writer.append(row)
+        writer.close()
+        (folder / "run_status.json").write_text("{}")  # the run ended (as the runner writes)
+        render_run(folder)
+    summary = render_experiment(root).summary
+    assert summary["invalid_reasons"] == [], summary["invalid_reasons"]
+    (family,) = summary["comparisons"]
+    cells = {cell["cell"]: cell for cell in family["cells"]}
+    assert cells["chat:ttft.p50"]["significant"]
+    assert cells["chat:ttft.p50"]["ratio"]["value"] == pytest.approx(2.0, rel=0.1)
+    assert not cells["long-doc:ttft.p50"]["significant"]
+    assert summary["variants"]["a"]["cells"]["chat:output_throughput.mean"]["value"] > 0
+    assert "tok/s" in summary["benchstat"]
