@@ -166,6 +166,8 @@ def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
         render_run(folder)
     summary = render_experiment(root).summary
     assert summary["invalid_reasons"] == [], summary["invalid_reasons"]
+    jsonschema.validate(summary, json.loads(
+        (REPO / "reports" / "schema" / "experiment-summary.schema.json").read_text()))
     (family,) = summary["comparisons"]
     cells = {cell["cell"]: cell for cell in family["cells"]}
     assert cells["chat:ttft.p50"]["significant"]
