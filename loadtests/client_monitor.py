@@ -11,6 +11,9 @@ process, imported by the locustfiles only (it runs greenlets).
 - **Chunk-read lag**: socket reads and SSE events of the second (`servers.http_stream`
   `READ_COUNTERS`); events per read far above 1 means chunks waited in the socket buffer.
 - **CPU**: process CPU seconds per wall second (a process near 1.0 is saturated).
+- **GC pauses**: the cyclic collector's runs (`gc.callbacks`), each one a pause of every
+  greenlet of the process: their count, total and longest duration in the second. A TTFT or
+  ITL tail the size of the longest pause points at the collector.
 
 Once a second `record()` returns the second's numbers as one JSON-ready dict, appended as a
 line to `samples/client-<host>-<pid>.jsonl` (reports/client_records.py reads it back;
@@ -21,6 +24,8 @@ are pooled exactly up to the bucket width (19%), not averaged from per-second pe
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import os
 import time
@@ -105,6 +110,35 @@ def lag_summary(lags_s: list[float]) -> dict[str, object]:
             "loop_lag_hist": hist}
 
 
+class GcPauses:
+    """The cyclic collector's pauses in this process, from `gc.callbacks` (start/stop)."""
+
+    __slots__ = ("_clock", "_started", "count", "longest_s", "total_s")
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._started: float | None = None
+        self.count, self.total_s, self.longest_s = 0, 0.0, 0.0
+
+    def callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = self._clock()
+        elif self._started is not None:
+            pause_s = self._clock() - self._started
+            self._started = None
+            self.count += 1
+            self.total_s += pause_s
+            self.longest_s = max(self.longest_s, pause_s)
+
+    def take(self) -> dict[str, object]:
+        """The period's pauses as record fields; starts the next period."""
+        fields: dict[str, object] = {"gc_pauses": self.count,
+                                     "gc_pause_total_s": round(self.total_s, 7),
+                                     "gc_pause_max_s": round(self.longest_s, 7)}
+        self.count, self.total_s, self.longest_s = 0, 0.0, 0.0
+        return fields
+
+
 class ClientMonitor:
     """Self-monitoring state of one Locust process (see the module docstring)."""
 
@@ -113,6 +147,7 @@ class ClientMonitor:
         self.interval_s = interval_s
         self.counters = counters
         self.in_flight = InFlightGauge()
+        self.gc_pauses = GcPauses()
         self._lags: list[float] = []
         self._sampler: gevent.Greenlet | None = None
         self._last_wall = time.perf_counter()
@@ -123,11 +158,14 @@ class ClientMonitor:
     def start(self) -> None:
         if self._sampler is None:
             self._sampler = gevent.spawn(self._sample_forever)
+            gc.callbacks.append(self.gc_pauses.callback)
 
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.kill(block=False)
             self._sampler = None
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(self.gc_pauses.callback)
 
     def _sample_forever(self) -> None:
         interval, lags, clock = self.interval_s, self._lags, time.perf_counter
@@ -151,6 +189,7 @@ class ClientMonitor:
             **lag_summary(lags),
             "socket_reads": reads, "sse_events": events,
             "in_flight_mean": round(mean, 4), "in_flight_min": low, "in_flight_max": high,
+            **self.gc_pauses.take(),
         }
         self._last_wall, self._last_cpu = wall, cpu
         self._last_reads, self._last_events = self.counters.socket_reads, self.counters.sse_events

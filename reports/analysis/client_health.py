@@ -309,12 +309,35 @@ class WorkerHealth:
     loop_lag: LoopLag | None
     socket_reads: int
     sse_events: int
+    gc: GcSummary | None = None  # None: records without GC fields (older runs)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"process_id": self.process_id, "seconds": self.seconds,
                 "cpu_p50": self.cpu_p50, "cpu_max": self.cpu_max,
                 "loop_lag": None if self.loop_lag is None else self.loop_lag.to_json_dict(),
-                "socket_reads": self.socket_reads, "sse_events": self.sse_events}
+                "socket_reads": self.socket_reads, "sse_events": self.sse_events,
+                "gc": None if self.gc is None else self.gc.to_json_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class GcSummary:
+    """The cyclic collector's pauses in one Locust process over the window."""
+
+    pauses: int
+    total_s: float
+    max_s: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"pauses": self.pauses, "total_s": self.total_s, "max_s": self.max_s}
+
+
+def gc_summary(records: Sequence[Mapping[str, Any]]) -> GcSummary | None:
+    with_gc = [r for r in records if isinstance(r.get("gc_pauses"), int)]
+    if not with_gc:
+        return None
+    return GcSummary(sum(int(r["gc_pauses"]) for r in with_gc),
+                     round(sum(float(r["gc_pause_total_s"]) for r in with_gc), 7),
+                     max(float(r["gc_pause_max_s"]) for r in with_gc))
 
 
 def records_in_window(records: Sequence[Mapping[str, Any]], start: float, end: float
@@ -346,7 +369,8 @@ def worker_health(records: Sequence[Mapping[str, Any]]) -> tuple[WorkerHealth, .
             cpu_max=float(cpu.max()) if cpu.size else None,
             loop_lag=pooled_loop_lag(mine),
             socket_reads=sum(int(r.get("socket_reads") or 0) for r in mine),
-            sse_events=sum(int(r.get("sse_events") or 0) for r in mine)))
+            sse_events=sum(int(r.get("sse_events") or 0) for r in mine),
+            gc=gc_summary(mine)))
     return tuple(workers)
 
 

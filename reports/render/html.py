@@ -333,7 +333,10 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
                else f"CPU p50 {worker.cpu_p50:.0%}, max {worker.cpu_max:.0%} of a core")
         lag = ("" if worker.loop_lag is None
                else f"; loop lag p99 {_ms(worker.loop_lag.p99_s)}")
-        rows.append((f"worker {worker.process_id}", f"{cpu}{lag}"))
+        pauses = ("" if worker.gc is None else
+                  f"; GC pauses {worker.gc.pauses}, longest {_ms(worker.gc.max_s)}, "
+                  f"{_ms(worker.gc.total_s)} in all")
+        rows.append((f"worker {worker.process_id}", f"{cpu}{lag}{pauses}"))
     return rows
 
 

@@ -180,6 +180,9 @@ def client_line(summary: RunSummaryDocument) -> str | None:
                                                   f"{len(cpu)} workers)" if len(cpu) > 1 else ""))
     if health.events_per_read is not None:
         parts.append(f"{health.events_per_read:.2f} events/read")
+    pauses = [w.gc.max_s for w in health.workers if w.gc is not None and w.gc.pauses]
+    if pauses:
+        parts.append(f"GC pause max {_ms(max(pauses))}")
     if not parts:
         return None
     if not health.monitored:

@@ -18,6 +18,7 @@ from tests.support import synthetic as synthesis
 from vllm_slo.loadtests.client_monitor import (
     LAG_BUCKET_FLOOR_S,
     LAG_BUCKETS_PER_OCTAVE,
+    GcPauses,
     InFlightGauge,
     lag_bucket,
     lag_summary,
@@ -158,7 +159,31 @@ def test_a_ramp_into_the_measured_window_is_not_judged() -> None:
 def lag_record(unix_s: float, lags_s: list[float], cpu: float = 0.3) -> dict:
     return {"unix_s": unix_s, "process_id": 7, "interval_s": 1.0, "cpu_fraction": cpu,
             **lag_summary(lags_s), "socket_reads": 100, "sse_events": 103,
-            "in_flight_mean": 3.0, "in_flight_min": 0, "in_flight_max": 4}
+            "in_flight_mean": 3.0, "in_flight_min": 0, "in_flight_max": 4,
+            "gc_pauses": 2, "gc_pause_total_s": 0.003, "gc_pause_max_s": 0.002}
+
+
+def test_gc_pauses_are_timed_from_the_collectors_callbacks() -> None:
+    """Each start/stop pair is one pause (fake clock: 1.5 ms and 4 ms); the period's fields
+    reset on take; a real collection reaches the callback."""
+    import gc
+
+    ticks = iter([10.0, 10.0015, 20.0, 20.004])
+    pauses = GcPauses(clock=lambda: next(ticks))
+    for _ in range(2):
+        pauses.callback("start", {"generation": 2})
+        pauses.callback("stop", {"generation": 2})
+    assert pauses.take() == {"gc_pauses": 2, "gc_pause_total_s": pytest.approx(0.0055),
+                             "gc_pause_max_s": pytest.approx(0.004)}
+    assert pauses.take() == {"gc_pauses": 0, "gc_pause_total_s": 0.0, "gc_pause_max_s": 0.0}
+    real = GcPauses()
+    gc.callbacks.append(real.callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(real.callback)
+    fields = real.take()
+    assert fields["gc_pauses"] >= 1 and fields["gc_pause_max_s"] > 0
 
 
 def test_the_monitor_writes_the_buckets_the_analysis_reads() -> None:
@@ -272,6 +297,12 @@ def test_a_monitored_run_renders_its_health_and_turns_red_when_limited(tmp_path:
     assert "client: busy 99.8% of 4 users" in healthy.text
     page = healthy.report_path.read_text()
     assert '<section id="health" class="healthy">' in page and '<dl id="client">' in page
+    worker_gc = section["workers"][0]["gc"]
+    seconds = section["workers"][0]["seconds"]
+    assert worker_gc == {"pauses": 2 * seconds, "total_s": pytest.approx(0.003 * seconds),
+                         "max_s": 0.002}
+    assert "GC pause max 2.0ms" in healthy.text
+    assert f"GC pauses {2 * seconds}, longest 2.0ms" in page
 
     limited = render_run(write_monitored_run(tmp_path, gap_s=0.03))
     jsonschema.Draft202012Validator(SCHEMA).validate(limited.summary)
