@@ -16,7 +16,11 @@ Prints the numbers quoted in ``docs/statistics.md``:
 * ITL with prefill stalls that hit all concurrent streams at once (``simulate_itl_run``):
   coverage and claimed effective size of ITL percentile intervals from gaps pooled request by
   request (as ``run_metrics`` does today) versus ordered by arrival (``itl_percentile_estimate``);
-* the time ``percentile_estimate`` takes on 100,000 samples.
+* the time ``percentile_estimate`` takes on 100,000 samples;
+* with ``--only large``: series of more than ``effective_size.BATCHED_ABOVE`` samples, whose
+  effective sizes come from batch means, against the exact Geyer estimate on the same series
+  (AR(1), lock-step ITL, the analysis benchmark's open-loop ITL): interval coverage by method,
+  n_eff ratios and the tau the runs themselves show.
 
 The latency model (one run = one server instance):
 ``latency_t = instance_effect * exp(mu + s * z_t)`` with ``z`` a stationary Gaussian AR(1)
@@ -760,7 +764,7 @@ def itl_coverage(
 LARGE_SAMPLES: int = 4_200_000
 LARGE_RHO_RANGE: tuple[float, float] = (0.5, 0.99)
 LARGE_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
-#: Short batches for comparison: ``ceil(n / 2^20)`` samples (4 at 4.2 M samples), about a
+#: Short batches for comparison: ``ceil(n / 2^20)`` samples (5 at 4.2 M samples), about a
 #: million batch means instead of the rule's sqrt(n).
 LARGE_SHORT_MEANS: int = 1 << 20
 LARGE_ITL_STREAMS: int = 64
