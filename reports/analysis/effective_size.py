@@ -24,8 +24,10 @@ from vllm_slo.reports.analysis.inputs import as_1d_float
 MIN_EXCEEDANCES_FOR_TAIL_ACF: int = 50
 
 
-#: Series longer than this get their autocorrelation from blocks (below); shorter ones from one
-#: FFT of the whole series. Both give the same numbers up to floating-point rounding (~1e-15).
+#: In the exact estimate (`exact_series_tau`, `exact_indicator_tau`: the report's path up to
+#: ``BATCHED_ABOVE``, and the calibration's reference beyond), series longer than this get
+#: their autocorrelation from blocks (below), shorter ones from one FFT of the whole series.
+#: Both give the same numbers up to floating-point rounding (~1e-15).
 BLOCKED_ABOVE: int = 1 << 22
 #: Lags the blocked estimate covers at first (block length); twice as many while Geyer's
 #: sequence has not stopped inside them.
@@ -164,7 +166,9 @@ def batch_means_tau(means: np.ndarray, batch: int, variance: float) -> float:
     gamma_0``. ``tau_Y`` is Geyer's initial monotone sequence on the means, the estimator of
     the exact path; only lags below b lose their resolution, and those matter to the sum only
     through the batch means' variance, which holds them exactly. Unlike batch means with a
-    single batch length (``b * var(Y)``), nothing assumes b much longer than the correlation."""
+    single batch length (``b * var(Y)``), the identity does not need b much longer than the
+    correlation; b sets the noise (that of Geyer's estimate on n / b samples) and how much
+    correlation is summed before the sequence looks at it (`batch_length`)."""
     if not variance > 0.0:
         return 1.0
     rho = _autocorrelation(means)
