@@ -381,10 +381,17 @@ _CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
                    r"(output_throughput|request_throughput)\.mean|error_rate\.rate)$")
 
 
+def split_cell(cell: str) -> tuple[str | None, str]:
+    """`chat:itl.p99` (a cell of one part of a mix) -> ("chat", "itl.p99"); a whole-run cell
+    -> (None, cell)."""
+    part, separator, base = cell.rpartition(":")
+    return (part, base) if separator else (None, cell)
+
+
 def _check_cell(cell: str) -> str:
     """A whole-run cell (`itl.p99`) or one part's of a mix (`chat:itl.p99`)."""
-    part, separator, base = cell.rpartition(":")
-    if separator and part not in MIX_PROFILES:
+    part, base = split_cell(cell)
+    if part is not None and part not in MIX_PROFILES:
         raise ValueError(f"{part!r}: a cell's part is one of {', '.join(MIX_PROFILES)} "
                          "(e.g. chat:itl.p99, for profile: mix)")
     match = _CELL.match(base)
@@ -561,8 +568,8 @@ class Scenario(Frozen):
     @model_validator(mode="after")
     def _part_cells_name_parts_of_the_mix(self) -> Scenario:
         for cell in self.compare.cells:
-            part, separator, _ = cell.rpartition(":")
-            if separator and part not in self.traffic.mix:
+            part, _ = split_cell(cell)
+            if part is not None and part not in self.traffic.mix:
                 raise ValueError(
                     f"compare.cells {cell!r}: {part!r} is not a part of this run's traffic "
                     f"(profile {self.traffic.profile!r}"

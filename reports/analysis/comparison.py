@@ -22,12 +22,8 @@ from vllm_slo.reports.analysis.trial_statistics import (
     smallest_adjusted_p,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import (
-    Trial,
-    lower_is_better,
-    split_cell,
-    trial_cell_value,
-)
+from vllm_slo.reports.analysis.trials import Trial, lower_is_better, trial_cell_value
+from vllm_slo.scenarios.model import split_cell
 from vllm_slo.scenarios.units import format_duration_s
 
 

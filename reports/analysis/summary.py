@@ -274,7 +274,7 @@ class RunSummaryDocument(EchoesScenario):
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order; `by_profile`
         only for a mix)."""
-        document = {
+        return {
             "schema_version": self.schema_version,
             "run_id": self.run_id,
             "scenario": self.scenario,
@@ -302,7 +302,6 @@ class RunSummaryDocument(EchoesScenario):
             "invalid_reasons": list(self.invalid_reasons),
             "warnings": list(self.warnings),
         }
-        return document
 
 
 def build_summary(

@@ -14,7 +14,7 @@ import numpy as np
 
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.summary import SloEntry
-from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.model import Scenario, split_cell
 
 THROUGHPUT_CELLS = ("output_throughput.mean", "request_throughput.mean")
 
@@ -52,13 +52,6 @@ class Trial:
     @property
     def label(self) -> str:
         return self.variant or "run"
-
-
-def split_cell(cell: str) -> tuple[str | None, str]:
-    """`chat:itl.p99` (a cell of one part of a mix) -> ("chat", "itl.p99"); a whole-run cell
-    -> (None, cell)."""
-    part, separator, base = cell.rpartition(":")
-    return (part, base) if separator else (None, cell)
 
 
 def trial_cell_value(trial: Trial, cell: str) -> float | None:
