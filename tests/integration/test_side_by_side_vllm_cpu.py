@@ -36,7 +36,11 @@ def interrupted_in_round_two(tmp_path_factory: pytest.TempPathFactory):
         "side_by_side={devices: [[0], [1]]}",
         "traffic.duration=8s", "traffic.warmup=2s", "traffic.arrival.users=4",
         "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
-        "traffic.chat.turns=1", "traffic.chat.output_tokens=16", "compare.cells=[ttft.p50]"]
+        "traffic.chat.turns=1", "traffic.chat.output_tokens=16", "compare.cells=[ttft.p50]",
+        # two vLLM servers and two Locusts on this 2-core box: a Locust timer woke 78 ms late
+        # (p99) in one CI run and the trial was judged client-limited; this test is about the
+        # rounds' placement and timing, so the health bound is the 2-core one (long-doc.yaml)
+        "traffic.max_loop_lag_p99=200ms"]
     with running_cli(arguments, runs) as cli:
         def round_two_sending() -> bool:
             run_dir = only_run_dir(runs)
