@@ -76,11 +76,13 @@ def resolve_workers(traffic: TrafficSpec, cpu_count: int, server_share: str) -> 
 
 
 def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int = 1,
-                local_master_port: int = 5557) -> list[str]:
+                local_master_port: int = 5557, start_at_unix_s: float | None = None
+                ) -> list[str]:
     """The Locust command line for a traffic spec (users, spawn rate, run time, user class).
     With local worker processes (`--processes`) the master listens on loopback only, on
     `local_master_port` (a free port per run, so runs side by side do not meet; Locust's own
-    default is every interface, port 5557)."""
+    default is every interface, port 5557). `start_at_unix_s`: Locust, once started up,
+    waits until that wall-clock instant before its traffic starts (side-by-side rounds)."""
     arrival = traffic.arrival
     closed_stages = arrival.kind == "stages" and not arrival.open_loop
     argv = [sys.executable, "-m", "locust", "-f",
@@ -101,6 +103,8 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
     argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
              "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
              "--vllm-slo-run-dir", str(run_dir.resolve())]
+    if start_at_unix_s is not None:
+        argv += ["--vllm-slo-start-at", f"{start_at_unix_s:.6f}"]
     if workers > 1 and not traffic.remote_workers:
         argv += ["--processes", str(workers), "--master-bind-host", "127.0.0.1",
                  "--master-bind-port", str(local_master_port),
@@ -128,15 +132,18 @@ def run_locust(
     progress_interval_s: float = 5.0,
     abort: Callable[[], str | None] = lambda: None,
     abort_interval_s: float = 2.0,
+    start_at_unix_s: float | None = None,
 ) -> LocustResult:
     run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
     planned_s = traffic.total_s
-    hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S + (
+    gate_wait_s = max(0.0, start_at_unix_s - time.time()) if start_at_unix_s else 0.0
+    hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S + gate_wait_s + (
         REMOTE_WORKERS_WAIT_S if traffic.remote_workers else 0.0)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            locust_argv(run_dir, base_url, traffic, workers, free_loopback_port()),
+            locust_argv(run_dir, base_url, traffic, workers, free_loopback_port(),
+                        start_at_unix_s),
             stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True,
             env=locust_environment(os.environ))

@@ -32,7 +32,7 @@ import numpy as np
 from gevent.event import Event
 from locust import User, constant, events, task
 from locust.exception import StopUser
-from locust.runners import MasterRunner
+from locust.runners import MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from vllm_slo.loadtests import arrow_memory, locust_quirks, memory_trace
@@ -206,6 +206,21 @@ RUN = _Run()
 def _add_arguments(parser) -> None:
     parser.add_argument("--vllm-slo-run-dir", type=str, default="",
                         help="vllm-slo run folder (holds locust_config.json and the plan)")
+    parser.add_argument("--vllm-slo-start-at", type=float, default=0.0,
+                        help="start the traffic at this wall-clock instant (Unix s), not as "
+                             "soon as Locust is up (side-by-side rounds start together)")
+
+
+def _wait_for_start_gate(start_at_unix_s: float) -> None:
+    """Hold this process (a standalone runner or the --processes master: the one that starts
+    the test) until the agreed instant. Greenlets go on meanwhile (the master's workers
+    connect), and Locust's --run-time counts from the start that follows."""
+    late_s = time.time() - start_at_unix_s
+    if late_s > 0:
+        print(f"vllm-slo: Locust was up {late_s:.2f}s after the agreed traffic start; "
+              f"starting at once", flush=True)
+        return
+    gevent.sleep(-late_s)
 
 
 @events.init.add_listener
@@ -221,6 +236,9 @@ def _configure(environment, **_kwargs) -> None:
     # cyclic collector's scans (a full collection over them paused every stream for ms)
     gc.collect()
     gc.freeze()
+    start_at_unix_s = getattr(options, "vllm_slo_start_at", 0.0) if options else 0.0
+    if start_at_unix_s and not isinstance(environment.runner, WorkerRunner):
+        _wait_for_start_gate(start_at_unix_s)
     # gevent's loop caches "now" and has not turned since the hub was made, before the slow
     # imports and the plan load: Locust's --run-time timer (spawn_later) would count from that
     # stale time and end the run early by as much (seen: a 6 s run stopped after 2.3 s)

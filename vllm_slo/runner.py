@@ -183,11 +183,12 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
 
 
 def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
-              before_traffic: Callable[[], None] = lambda: None
+              before_traffic: Callable[[], float | None] = lambda: None
               ) -> tuple[ExitCode, RenderedRun]:
     """One full run in `run_dir`: server up, plan, cache reset, Locust, server down, report.
     `before_traffic` is called once the server is ready and the plan made, right before
-    Locust starts (side-by-side trials wait there for each other)."""
+    Locust starts; it may return a wall-clock instant (Unix s) at which Locust is to start
+    its traffic (side-by-side trials wait there for each other and agree on one)."""
     run_dir = run_dir.resolve()  # child processes get absolute paths only
     run_dir.mkdir(parents=True, exist_ok=True)
     # secrets belong in the environment, referenced by name (server.api_key_env): values that
@@ -286,10 +287,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
                 ok = read_streams(stream_files(run_dir)).column("ok").to_pylist()
                 return scenario.abort_on.reason(len(ok), ok.count(False))
 
-            before_traffic()
+            start_at_unix_s = before_traffic()
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
             locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
-                                progress_interval_s=5.0 if interactive else 30.0, abort=abort)
+                                progress_interval_s=5.0 if interactive else 30.0, abort=abort,
+                                start_at_unix_s=start_at_unix_s)
             if locust.aborted:
                 status["aborted"] = locust.aborted
                 say(f"aborted: {locust.aborted}")

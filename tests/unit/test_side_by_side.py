@@ -15,7 +15,7 @@ from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario, resolve_variants
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.servers.vllm_server import device_env, plan_launch, world_size
-from vllm_slo.side_by_side import PlacedTrial, place, run_round
+from vllm_slo.side_by_side import TRAFFIC_START_LEAD_S, PlacedTrial, place, run_round
 
 SIDE_BY_SIDE = ["variants={a: {}, b: {server: {args: {max-num-seqs: 2}}}}",
                 "side_by_side={devices: [[0], [1]]}", "trials=4"]
@@ -71,21 +71,28 @@ def _trials(tmp_path: Path, labels: list[str]) -> list[PlacedTrial]:
 
 
 def test_a_round_starts_its_traffic_together(tmp_path: Path) -> None:
-    """The trials reach `before_traffic` at different times and leave it together."""
+    """The trials reach `before_traffic` at different times, leave it together, and are
+    given one traffic start, TRAFFIC_START_LEAD_S after the last of them arrived (their
+    Locust processes start up before it)."""
     released: dict[str, float] = {}
+    start_at: dict[str, float | None] = {}
 
     def fake_trial(scenario, run_dir, say, before_traffic):
         time.sleep(0.3 if run_dir.name == "slow" else 0.0)  # one server starts later
-        before_traffic()
+        arrived = time.time()
+        start_at[run_dir.name] = before_traffic()
         released[run_dir.name] = time.monotonic()
         say("traffic")
-        return run_dir.name, None
+        return run_dir.name, arrived
 
     lines: list[str] = []
     results, stopped = run_round(_trials(tmp_path, ["fast", "slow"]), lines.append, fake_trial)
     assert not stopped and [r[0] for r in results] == ["fast", "slow"]
     assert abs(released["fast"] - released["slow"]) < 0.05
     assert sorted(lines) == ["[fast] traffic", "[slow] traffic"]
+    assert start_at["fast"] == start_at["slow"]  # one instant for the round
+    last_arrival = max(arrived for _, arrived in results)
+    assert 0 <= start_at["slow"] - last_arrival - TRAFFIC_START_LEAD_S < 0.05
 
 
 def test_a_failed_start_lets_the_others_go_on_and_is_raised_after(tmp_path: Path) -> None:
@@ -94,7 +101,8 @@ def test_a_failed_start_lets_the_others_go_on_and_is_raised_after(tmp_path: Path
     def fake_trial(scenario, run_dir, say, before_traffic):
         if run_dir.name == "broken":
             raise RuntimeError("vLLM did not start")
-        before_traffic()  # would wait forever for the broken one without the barrier's abort
+        # would wait forever for the broken one without the barrier's abort; starts at once
+        assert before_traffic() is None
         finished.append(run_dir.name)
         return run_dir.name, None
 

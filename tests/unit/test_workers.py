@@ -60,3 +60,10 @@ def test_more_than_one_worker_becomes_locust_processes() -> None:
     assert argv[argv.index("--master-bind-host") + 1] == "127.0.0.1"
     assert argv[argv.index("--master-bind-port") + 1] == "41234"
     assert argv[argv.index("--master-port") + 1] == "41234"
+
+
+def test_a_start_gate_reaches_locust_only_when_given() -> None:
+    spec = traffic()
+    assert "--vllm-slo-start-at" not in locust_argv(Path("/run"), "http://127.0.0.1:1", spec)
+    argv = locust_argv(Path("/run"), "http://127.0.0.1:1", spec, start_at_unix_s=1764633600.25)
+    assert argv[argv.index("--vllm-slo-start-at") + 1] == "1764633600.250000"
