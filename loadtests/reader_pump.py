@@ -41,6 +41,7 @@ from gevent.hub import get_hub
 
 from vllm_slo.servers.http_stream import RECV_BYTES, ResponseParser
 
+REPOLL_EVERY = 32  # parses of one wakeup between two polls for what arrived meanwhile
 _epoll = monkey.get_original("select", "epoll")
 _EPOLLIN = monkey.get_original("select", "EPOLLIN")
 
@@ -70,6 +71,9 @@ class ReaderPump:
         self._watcher = self._hub.loop.io(self._epoll.fileno(), 1)
         self.wakeups = 0  # times the pump woke (ready sockets per wakeup = reads / wakeups)
         self.reads = 0
+        # parses between two polls within a wakeup (VLLM_SLO_PUMP_REPOLL=0: poll once per
+        # wakeup, as before, for comparisons: benchmarks/client_capacity.py)
+        self.repoll_every = int(os.environ.get("VLLM_SLO_PUMP_REPOLL", REPOLL_EVERY)) or 10**9
 
     @property
     def reading(self) -> int:
@@ -111,27 +115,18 @@ class ReaderPump:
         reading.error = error
         reading.finished.set()
 
-    def _drain(self) -> None:
-        """The watcher's callback, run by the hub whenever a registered socket is readable:
-        read every ready socket once, in one pass, then feed the parsers. It never blocks (a
-        parser and `on_event` are pure; gevent refuses a blocking call here), and an error
-        belongs to its reading.
-
-        Two passes, reads first: a read's stamp is when its bytes left the kernel, so parsing
-        one socket's bytes before reading the next would stamp the next late by that parse.
-        When a closed-loop wave of responses starts at once (the first chunks come with the
-        headers, which cost the most to parse), the last socket of a pass waited for every
-        parse before it: suspected in the TTFT error tail of issue 14 (p99 9.9 ms at 256
-        streams on the H200 host, 3.3 ms of it request delivery); not yet measured there."""
+    def _receive(self, ready: list[tuple[int, int]], pending: set[int],
+                 received: list[tuple[_Reading, bytes, float]]) -> None:
+        """Read each ready socket once, stamping each read right after it returned, and queue
+        the bytes for parsing. A socket whose earlier read is still queued is left for the
+        next wakeup (epoll is level-triggered): one queued read per socket keeps its bytes in
+        order and an error after them behind them."""
         readings = self._readings
         perf_counter = time.perf_counter
-        ready = self._epoll.poll(0)
-        self.wakeups += 1
         self.reads += len(ready)
-        received = []
         for fd, _mask in ready:
             reading = readings.get(fd)
-            if reading is None:  # let go of since the poll (cannot happen: no switch)
+            if reading is None or fd in pending:  # let go of since the poll; or queued
                 continue
             try:
                 data = reading.recv(RECV_BYTES)
@@ -141,7 +136,34 @@ class ReaderPump:
                 self._finish(reading, exc)
                 continue
             received.append((reading, data, perf_counter()))
-        for reading, data, arrived_at_s in received:
+            pending.add(fd)
+
+    def _drain(self) -> None:
+        """The watcher's callback, run by the hub whenever a registered socket is readable:
+        read every ready socket once, then feed the parsers. It never blocks (a parser and
+        `on_event` are pure; gevent refuses a blocking call here), and an error belongs to its
+        reading.
+
+        Reads first, parsing after: a read's stamp is when its bytes left the kernel, so
+        parsing one socket's bytes before reading the next would stamp the next late by that
+        parse. And while the queue is parsed, every REPOLL_EVERY parses the pump polls again
+        and reads (stamps) what arrived meanwhile: a wave of hundreds of chunks takes
+        milliseconds to parse (~20 us each), and a chunk that landed during it would
+        otherwise wait, unstamped, for the whole wave and the next wakeup."""
+        readings = self._readings
+        received: list[tuple[_Reading, bytes, float]] = []
+        pending: set[int] = set()
+        self.wakeups += 1
+        self._receive(self._epoll.poll(0), pending, received)
+        position = 0
+        while position < len(received):
+            if position and position % self.repoll_every == 0:
+                self._receive(self._epoll.poll(0), pending, received)
+            reading, data, arrived_at_s = received[position]
+            position += 1
+            pending.discard(reading.fd)
+            if readings.get(reading.fd) is not reading:  # ended since its read
+                continue
             try:
                 if data:
                     if not reading.parser.feed(data, arrived_at_s):

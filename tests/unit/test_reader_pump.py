@@ -137,3 +137,50 @@ def test_a_blocking_socket_is_refused() -> None:
         pump().read(ours, ResponseParser())
     ours.close()
     theirs.close()
+
+
+@pytest.mark.parametrize("repoll_every", [32, 10**9])
+def test_bytes_that_arrive_while_a_wave_is_parsed_are_stamped_within_it(repoll_every) -> None:
+    """40 responses are ready at one wakeup; the first one parsed makes a 41st arrive. With
+    the re-poll (every 32 parses) the 41st is read and stamped before the wave's first reads
+    are all parsed; without it, only at the next wakeup, after them (what the re-poll
+    removes)."""
+    raw = (DATA / "vllm_completions_stream.bin").read_bytes()
+    wave = [gevent.socket.socketpair() for _ in range(40)]
+    late_ours, late_theirs = gevent.socket.socketpair()
+    first_parsed_at: dict[int, float] = {}  # per wave stream: its first payload's parse
+    late_stamps: list[float] = []
+
+    def on_event(k: int):
+        def handed_over(t: float, payload: bytes) -> None:
+            if k == 0 and not first_parsed_at:
+                late_theirs._sock.send(raw)  # lands while the rest of the wave is parsed
+            first_parsed_at.setdefault(k, time.perf_counter())
+        return handed_over
+
+    parsers = [ResponseParser(on_event(k)) for k in range(len(wave))]
+    late = ResponseParser(lambda t, payload: late_stamps.append(t))
+    the_pump = pump()
+    before = the_pump.repoll_every
+    the_pump.repoll_every = repoll_every
+    try:
+        readers = [gevent.spawn(the_pump.read, ours, parser)
+                   for (ours, _theirs), parser in zip(wave, parsers, strict=True)]
+        readers.append(gevent.spawn(the_pump.read, late_ours, late))
+        while the_pump.reading < len(readers):  # every socket in the pump, none readable
+            gevent.sleep(0)
+        for _ours, theirs in wave:  # all written without a switch: one wakeup sees them all
+            theirs._sock.send(raw)
+        gevent.joinall(readers, raise_error=True, timeout=30)
+    finally:
+        the_pump.repoll_every = before
+    assert all(parser.done for parser in parsers) and late.done
+    assert [p for _, p in late.response.events] == [] and late_stamps
+    wave_parsed_at = max(first_parsed_at.values())  # the first wakeup's last parse
+    if repoll_every == 32:
+        assert late_stamps[0] < wave_parsed_at
+    else:
+        assert late_stamps[0] > wave_parsed_at
+    for ours, theirs in [*wave, (late_ours, late_theirs)]:
+        ours.close()
+        theirs.close()
