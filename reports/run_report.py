@@ -24,8 +24,8 @@ from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.analysis.run_metrics import (
     RunSeries,
     run_series,
+    series_by_profile,
     summarize,
-    summarize_by_profile,
 )
 from vllm_slo.reports.analysis.server_crosscheck import latency_crosscheck
 from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
@@ -111,7 +111,9 @@ def load_run(run_dir: Path) -> LoadedRun:
     table = load_samples(run_dir)
     series = run_series(table, scenario.traffic.duration_s)
     summary = summarize(series)
-    slo_results = evaluate_slos(scenario.slo.rules(), series, summary)
+    parts = {name: (part, summarize(part)) for name, part in
+             series_by_profile(table, scenario.traffic.duration_s).items()}
+    slo_results = evaluate_slos(scenario.slo.rules(), series, summary, parts=parts)
     invalid = invalid_measurement_reasons(summary, status.get("server_failure"),
                                           status.get("load_generator_failure"),
                                           scenario.traffic.max_send_lag_p99_s)
@@ -145,7 +147,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
-        by_profile=summarize_by_profile(table, scenario.traffic.duration_s),
+        by_profile={name: part_summary for name, (_, part_summary) in parts.items()},
         warnings=status.get("warnings", []))
     return LoadedRun(document, series, table, server_records)
 

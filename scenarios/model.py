@@ -6,6 +6,7 @@ Unknown keys are rejected everywhere; `server.args` is passed verbatim to `vllm 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated, Any, Literal
 
@@ -348,7 +349,9 @@ def _single_rule(parse):
     return AfterValidator(check)
 
 
-class SloSpec(Frozen):
+class SloRules(Frozen):
+    """The rules of an `slo:` block (and of each part's under `slo.by_profile`)."""
+
     ttft: Annotated[list[str], _latency_rules("ttft")] = Field(default_factory=list)
     itl: Annotated[list[str], _latency_rules("itl")] = Field(default_factory=list)
     tpot: Annotated[list[str], _latency_rules("tpot")] = Field(default_factory=list)
@@ -361,7 +364,7 @@ class SloSpec(Frozen):
         str | None, _single_rule(lambda t: parse_rate_rule("request_throughput", t))
     ] = None
 
-    def rules(self) -> tuple[SloRule, ...]:
+    def own_rules(self, profile: str | None = None) -> tuple[SloRule, ...]:
         rules: list[SloRule] = []
         for metric in LATENCY_METRICS:
             rules.extend(parse_latency_rule(metric, text) for text in getattr(self, metric))
@@ -371,7 +374,19 @@ class SloSpec(Frozen):
             text = getattr(self, metric)
             if text is not None:
                 rules.append(parse_rate_rule(metric, text))
-        return tuple(rules)
+        return tuple(dataclasses.replace(rule, profile=profile) for rule in rules)
+
+
+class SloSpec(SloRules):
+    by_profile: dict[Literal["chat", "long-doc"], SloRules] = Field(
+        default_factory=dict,
+        description="profile: mix — rules judged on one part's requests only, e.g. "
+                    "{chat: {itl: [\"p99 < 50ms\"]}}")
+
+    def rules(self) -> tuple[SloRule, ...]:
+        """Every rule: the whole run's, then each part's (`SloRule.profile` set)."""
+        return (*self.own_rules(), *(rule for profile, spec in self.by_profile.items()
+                                     for rule in spec.own_rules(profile)))
 
 
 VARIANT_KEYS = ("server", "traffic", "slo", "description")
@@ -566,7 +581,7 @@ class Scenario(Frozen):
         None, description="run each round's variants at once, on rotating device slots")
 
     @model_validator(mode="after")
-    def _part_cells_name_parts_of_the_mix(self) -> Scenario:
+    def _parts_named_are_parts_of_the_mix(self) -> Scenario:
         for cell in self.compare.cells:
             part, _ = split_cell(cell)
             if part is not None and part not in self.traffic.mix:
@@ -575,6 +590,13 @@ class Scenario(Frozen):
                     f"(profile {self.traffic.profile!r}"
                     + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
                     + "); part cells are for profile: mix")
+        for part in self.slo.by_profile:
+            if part not in self.traffic.mix:
+                raise ValueError(
+                    f"slo.by_profile.{part}: {part!r} is not a part of this run's traffic "
+                    f"(profile {self.traffic.profile!r}"
+                    + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
+                    + "); per-part SLOs are for profile: mix")
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,9 @@
       error_rate: "< 1%"                    # fraction of measured requests that failed
       output_throughput: "> 100 tok/s"      # output tokens per second over the measured window
       request_throughput: "> 2 req/s"
+      by_profile:                           # profile: mix — rules for one part's requests
+        chat: {itl: ["p99 < 50ms"]}
+        long-doc: {ttft: ["p90 < 5s"]}
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class SloRule:
     comparator: str  # one of COMPARATORS
     threshold: float  # seconds for latency, fraction for error_rate, per second for rates
     text: str  # as written, for reports
+    profile: str | None = None  # a mix's part whose requests this rule judges; None: all
 
     @property
     def percentile(self) -> float | None:
@@ -39,7 +43,15 @@ class SloRule:
 
     @property
     def label(self) -> str:
-        return f"{self.metric} {self.text.strip()}"
+        part = f"{self.profile}: " if self.profile else ""
+        return f"{part}{self.metric} {self.text.strip()}"
+
+    @property
+    def cell(self) -> str:
+        """The compared cell this rule reads (`chat:itl.p99`, `error_rate.mean`, ...)."""
+        base = "error_rate.mean" if self.metric == "error_rate" else (
+            f"{self.metric}.{self.statistic}")
+        return f"{self.profile}:{base}" if self.profile else base
 
 
 def parse_latency_rule(metric: str, text: str) -> SloRule:

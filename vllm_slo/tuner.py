@@ -91,7 +91,7 @@ def latency_cell(scenario: Scenario) -> str:
         return scenario.tune.latency_cell
     for rule in scenario.slo.rules():
         if rule.metric in ("ttft", "itl", "tpot", "e2e"):
-            return f"{rule.metric}.{rule.statistic}"
+            return rule.cell
     return "e2e.p50"
 
 

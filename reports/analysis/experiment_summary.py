@@ -265,19 +265,21 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     the counts' uncertainty). One trial: that trial's own verdict (`within-instance`)."""
     valid = [t for t in group.trials if t.valid]
     if len(valid) == 1:
-        own = next(s for s in valid[0].outcome.slos
-                   if s.rule.metric == rule.metric and s.rule.text == rule.text)
+        own = next(s for s in valid[0].outcome.slos if s.rule == rule)
         return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}",
                         VerdictScope.WITHIN_INSTANCE)
-    cell = f"{rule.metric}.{rule.statistic}" if rule.metric != "error_rate" else "error_rate.mean"
-    estimate = center_estimate(group, cell, confidence)
+    estimate = center_estimate(group, rule.cell, confidence)
     center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
               else "mean, t interval (a value <= 0)")
-    basis = (f"{estimate.n} trials' {rule.statistic if rule.metric != 'error_rate' else 'rate'}"
+    part = f"part {rule.profile!r}: " if rule.profile else ""
+    basis = (f"{part}{estimate.n} trials' "
+             f"{rule.statistic if rule.metric != 'error_rate' else 'rate'}"
              f" ({estimate.method}: {center})")
     if rule.metric == "error_rate":
-        failed = sum(t.series.failed for t in valid)
-        requests = sum(t.series.requests for t in valid)
+        judged = [t.series if rule.profile is None else t.parts.get(rule.profile)
+                  for t in valid]
+        failed = sum(series.failed for series in judged if series is not None)
+        requests = sum(series.requests for series in judged if series is not None)
         pooled = rate_estimate(failed, requests, confidence)
         estimate = _wider(pooled, estimate)
         basis = (f"{failed} of {requests} requests failed over {len(valid)} trials: the wider "
@@ -337,8 +339,9 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
     """`folder` is "name" (an experiment's trial folders) or "path" (compared run folders).
     Per cell (the compared ones, then the SLOs' own) each trial's value and the trial-level
     estimate, so every verdict can be read next to the trials it came from."""
-    cells = tuple(dict.fromkeys([*cells, *(f"{s.rule.metric}.{s.rule.statistic}"
-                                          for s in slos)]))
+    cells = tuple(dict.fromkeys([*cells, *((f"{s.rule.profile}:" if s.rule.profile else "")
+                                           + f"{s.rule.metric}.{s.rule.statistic}"
+                                           for s in slos)]))
     trials = tuple(
         TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
                    t.outcome.exit_code, t.outcome.invalid_reasons,

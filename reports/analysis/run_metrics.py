@@ -68,6 +68,8 @@ class RunSeries:
     measured_ok: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=bool))
     measured_send_unix_s: np.ndarray = field(default_factory=lambda: np.empty(0))
     measured_latency_s: dict[str, np.ndarray] = field(default_factory=dict)
+    # each measured request's profile (a mix's part; "" without the column), for goodput
+    measured_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
 
     def latency(self, metric: str) -> np.ndarray:
         return getattr(self, f"{metric}_s")
@@ -214,7 +216,15 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         output_tokens=floats("output_tokens", good),
         measured_ok=ok[measured], measured_send_unix_s=intended[measured],
         measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
-                            "e2e": e2e_all[measured]})
+                            "e2e": e2e_all[measured]},
+        measured_profile=_profiles(table)[measured])
+
+
+def _profiles(table: pa.Table) -> np.ndarray:
+    if "profile" not in table.column_names:
+        return np.full(table.num_rows, "", dtype=object)
+    return np.asarray(table.column("profile").fill_null("").to_numpy(zero_copy_only=False),
+                      dtype=object)
 
 
 def summarize_metric(metric: str, values: np.ndarray, confidence: float = 0.95
@@ -271,10 +281,3 @@ def series_by_profile(table: pa.Table, window_s: float) -> dict[str, RunSeries]:
     profile = table.column("profile")
     return {name: run_series(table.filter(pc.equal(profile, name).fill_null(False)), window_s)
             for name in names}
-
-
-def summarize_by_profile(table: pa.Table, window_s: float, confidence: float = 0.95
-                         ) -> dict[str, RunSummary]:
-    """Each part of a mix summarised on its own (`series_by_profile`)."""
-    return {name: summarize(series, confidence)
-            for name, series in series_by_profile(table, window_s).items()}

@@ -81,7 +81,7 @@ class SloEntry:
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> SloEntry:
         rule = SloRule(data["metric"], data["statistic"], data["comparator"],
-                       float(data["threshold"]), data["text"])
+                       float(data["threshold"]), data["text"], data.get("profile"))
         return cls(rule, ReportedEstimate.from_json_dict(data["observed"]),
                    Verdict(data["verdict"]), data["basis"],
                    VerdictScope(data.get("scope", VerdictScope.WITHIN_INSTANCE.value)))
@@ -90,8 +90,8 @@ class SloEntry:
         rule = self.rule
         return {"metric": rule.metric, "statistic": rule.statistic,
                 "comparator": rule.comparator, "threshold": rule.threshold, "text": rule.text,
-                "observed": self.observed.to_json_dict(), "verdict": self.verdict.value,
-                "basis": self.basis, "scope": self.scope.value}
+                "profile": rule.profile, "observed": self.observed.to_json_dict(),
+                "verdict": self.verdict.value, "basis": self.basis, "scope": self.scope.value}
 
 
 def percentile_key(percentile: float) -> str:

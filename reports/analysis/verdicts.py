@@ -6,7 +6,7 @@ Every SLO is evaluated before the exit code is chosen: 0 all pass, 1 any fail, 3
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -127,30 +127,46 @@ def observed_for(rule: SloRule, series: RunSeries, summary: RunSummary,
 
 
 def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSummary,
-                  confidence: float = 0.95) -> tuple[SloResult, ...]:
+                  confidence: float = 0.95,
+                  parts: Mapping[str, tuple[RunSeries, RunSummary]] | None = None
+                  ) -> tuple[SloResult, ...]:
+    """Every rule's verdict: a whole-run rule on `series`/`summary`, a part's rule
+    (`rule.profile`) on that part's own (`parts`, from `series_by_profile`); a part without
+    measured requests leaves its rules INCONCLUSIVE."""
     results = []
     for rule in rules:
-        observed = observed_for(rule, series, summary, confidence)
-        if rule.percentile is not None and rule.metric in summary.metrics:
-            test = percentile_threshold_test(
-                series.latency(rule.metric), rule.percentile, rule.comparator, rule.threshold,
-                confidence, summary.metrics[rule.metric].percentiles.get(rule.percentile))
-            if test.fraction_below is None:
-                basis = "no samples"
-            else:
-                needs = "more" if rule.comparator[0] == "<" else "less"
-                unit = "gaps" if rule.metric == "itl" else "requests"
-                basis = (f"{test.fraction_below:.1%} of {test.n} {unit} below the threshold "
-                         f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
-                         f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
-            results.append(SloResult(rule, observed, test.verdict, basis))
+        if rule.profile is None:
+            results.append(_evaluate(rule, series, summary, confidence))
+        elif parts and rule.profile in parts:
+            results.append(_evaluate(rule, *parts[rule.profile], confidence))
         else:
-            basis = (f"{observed.confidence:.0%} CI vs threshold ({observed.method})"
-                     if observed.value is not None else "; ".join(observed.warnings))
-            results.append(SloResult(rule, observed,
-                                     slo_verdict(observed, rule.comparator, rule.threshold),
-                                     basis))
+            results.append(SloResult(
+                rule, Estimate(None, None, None, confidence, 0, 0.0, "none",
+                               (f"no measured requests of part {rule.profile!r}",)),
+                Verdict.INCONCLUSIVE, f"no measured requests of part {rule.profile!r}"))
     return tuple(results)
+
+
+def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence: float
+              ) -> SloResult:
+    observed = observed_for(rule, series, summary, confidence)
+    if rule.percentile is not None and rule.metric in summary.metrics:
+        test = percentile_threshold_test(
+            series.latency(rule.metric), rule.percentile, rule.comparator, rule.threshold,
+            confidence, summary.metrics[rule.metric].percentiles.get(rule.percentile))
+        if test.fraction_below is None:
+            basis = "no samples"
+        else:
+            needs = "more" if rule.comparator[0] == "<" else "less"
+            unit = "gaps" if rule.metric == "itl" else "requests"
+            basis = (f"{test.fraction_below:.1%} of {test.n} {unit} below the threshold "
+                     f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
+                     f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
+        return SloResult(rule, observed, test.verdict, basis)
+    basis = (f"{observed.confidence:.0%} CI vs threshold ({observed.method})"
+             if observed.value is not None else "; ".join(observed.warnings))
+    return SloResult(rule, observed, slo_verdict(observed, rule.comparator, rule.threshold),
+                     basis)
 
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2e")  # per-request latencies (vLLM bench's goodput set)
@@ -159,7 +175,8 @@ GOODPUT_METRICS = ("ttft", "tpot", "e2e")  # per-request latencies (vLLM bench's
 def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95
             ) -> tuple[Estimate, str]:
     """Requests per second that succeeded and met every per-request latency SLO threshold
-    (ttft, tpot, e2e rules with < or <=; ITL is per gap, not per request), with a CI."""
+    (ttft, tpot, e2e rules with < or <=; ITL is per gap, not per request), with a CI. A
+    part's rule (`slo.by_profile`) holds its own part's requests to it, no others."""
     met = series.measured_ok.copy()
     criteria = []
     for rule in rules:
@@ -168,8 +185,11 @@ def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.9
             with np.errstate(invalid="ignore"):
                 within = values < rule.threshold if rule.comparator == "<" else (
                     values <= rule.threshold)
+            if rule.profile is not None:
+                within |= series.measured_profile != rule.profile
             met &= within
-            criteria.append(f"{rule.metric} {rule.comparator} {rule.threshold:g}s")
+            part = f"{rule.profile} " if rule.profile else ""
+            criteria.append(f"{part}{rule.metric} {rule.comparator} {rule.threshold:g}s")
     estimate = goodput_estimate(met, series.measured_send_unix_s, series.window_s, confidence)
     described = ("successful requests meeting " + " and ".join(criteria) if criteria
                  else "successful requests (no per-request latency SLO declared)")

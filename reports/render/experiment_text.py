@@ -43,7 +43,7 @@ def render_experiment_text(summary: ExperimentSummary) -> str:
     for variant in summary.variants:
         lines.append(f"\n[{variant.label}] {variant.valid_trials} valid trial(s)")
         for slo in variant.slos:
-            lines.append(f"  {slo.verdict.value:<12} {slo.rule.metric} {slo.rule.text:<14} "
+            lines.append(f"  {slo.verdict.value:<12} {slo.rule.label:<20} "
                          f"observed {format_observed(slo)}  ({slo.basis})")
         if variant.slos:
             lines.append(f"  ({scope_note(variant.slos)})")

@@ -111,10 +111,12 @@ def format_threshold(slo: SloEntry) -> str:
 
 
 def slo_name(slo: SloEntry) -> str:
-    """`ttft p95`, `error_rate`, `output_throughput mean`: what the SLO constrains."""
+    """`ttft p95`, `error_rate`, `output_throughput mean`, `chat: itl p99` (a part's rule):
+    what the SLO constrains."""
+    part = f"{slo.rule.profile}: " if slo.rule.profile else ""
     if slo.rule.statistic == "rate":
-        return slo.rule.metric
-    return f"{slo.rule.metric} {slo.rule.statistic}"
+        return f"{part}{slo.rule.metric}"
+    return f"{part}{slo.rule.metric} {slo.rule.statistic}"
 
 
 def slo_label(slo: SloEntry) -> str:

@@ -109,3 +109,9 @@ def test_mix_sends_both_parts_and_reports_each(server: str, tmp_path: Path) -> N
     assert sum(e["requests"]["measured"] for e in summary["by_profile"].values()) == \
         summary["requests"]["measured"]
     assert "By profile" in (result.run_dir / "report.html").read_text()
+    # slo.by_profile: long-doc's TTFT rule was judged on the long-doc requests alone
+    ok_measured = measured & np.asarray(table["ok"], dtype=bool)
+    judged = {slo["profile"]: slo for slo in summary["slos"] if slo["profile"]}
+    assert sorted(judged) == ["chat", "long-doc"]
+    assert judged["long-doc"]["observed"]["n"] == int(np.sum(ok_measured & (parts == "long-doc")))
+    assert "long-doc: ttft p90 < 8s" in result.output

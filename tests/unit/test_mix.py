@@ -16,8 +16,8 @@ from vllm_slo.loadtests.plan import build_plan, canonical_bytes, read_plan, writ
 from vllm_slo.reports.analysis.run_metrics import (
     measured_profiles,
     run_series,
+    series_by_profile,
     summarize,
-    summarize_by_profile,
 )
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
@@ -92,7 +92,7 @@ def test_each_part_is_summarised_on_its_own_requests() -> None:
     order = rng.permutation(len(rows))
     table = pa.Table.from_pylist([rows[i] for i in order], schema=SAMPLE_SCHEMA)
     assert sorted(measured_profiles(table)) == ["chat", "long-doc"]
-    parts = summarize_by_profile(table, 10.0)
+    parts = {name: summarize(part) for name, part in series_by_profile(table, 10.0).items()}
     assert parts["chat"].requests == 60 and parts["long-doc"].requests == 20
     assert parts["chat"].metrics["ttft"].percentiles[50].value == pytest.approx(0.05)
     assert parts["long-doc"].metrics["ttft"].percentiles[50].value == pytest.approx(0.8)
@@ -100,7 +100,7 @@ def test_each_part_is_summarised_on_its_own_requests() -> None:
     whole = summarize(run_series(table, 10.0))
     assert whole.requests == 80
     one_profile = pa.Table.from_pylist(_rows("chat", 0.05, 0.01, 10, 0), schema=SAMPLE_SCHEMA)
-    assert summarize_by_profile(one_profile, 10.0) == {}
+    assert series_by_profile(one_profile, 10.0) == {}
 
 
 def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> None:
@@ -113,7 +113,8 @@ def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> Non
 
     scenario, _ = load_scenario("chat", ["traffic.profile=mix",
                                          "traffic.mix={chat: 3, long-doc: 1}",
-                                         "traffic.duration=10s", "slo={}"])
+                                         "traffic.duration=10s",
+                                         'slo={by_profile: {chat: {itl: ["p99 < 15ms"]}}}'])
     run_dir = tmp_path / "mix-run"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
@@ -130,6 +131,10 @@ def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> Non
     html = (run_dir / "report.html").read_text()
     assert 'id="by-profile"' in html and "<h3>long-doc</h3>" in html
     assert "  long-doc: 20 requests, ttft p50/p99" in rendered.text
+    (slo,) = summary["slos"]  # judged on the chat part's 60 requests only
+    assert slo["profile"] == "chat" and slo["verdict"] == "PASS", slo
+    assert "PASS         chat: itl p99 < 15ms" in rendered.text
+    assert "chat: itl p99" in html
 
 
 def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
@@ -145,7 +150,8 @@ def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
 
     scenario, _ = load_scenario("chat", [
         "traffic.profile=mix", "traffic.mix={chat: 3, long-doc: 1}", "traffic.duration=10s",
-        "slo={}", "trials=5", "variants={a: {}, b: {}}",
+        'slo={by_profile: {chat: {ttft: ["p50 < 80ms"]}}}', "trials=5",
+        "variants={a: {}, b: {}}",
         "compare.cells=[chat:ttft.p50, long-doc:ttft.p50, chat:output_throughput.mean]"])
     root = tmp_path / "mix-ab"
     root.mkdir()
@@ -175,3 +181,69 @@ def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
     assert not cells["long-doc:ttft.p50"]["significant"]
     assert summary["variants"]["a"]["cells"]["chat:output_throughput.mean"]["value"] > 0
     assert "tok/s" in summary["benchstat"]
+    # the chat part's SLO, decided between trials on each trial's chat rows (a: 50 ms, b: 100)
+    verdicts = {name: [(e["profile"], e["verdict"]) for e in v["slos"]]
+                for name, v in summary["variants"].items()}
+    assert verdicts == {"a": [("chat", "PASS")], "b": [("chat", "FAIL")]}
+    assert summary["variants"]["b"]["slos"][0]["basis"].startswith("part 'chat': 5 trials'")
+
+
+def _mix_table() -> pa.Table:
+    rows = _rows("chat", 0.05, 0.01, 60, 0) + _rows("long-doc", 0.8, 0.02, 20, 100)
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+
+
+def test_a_parts_slos_judge_its_own_requests_only() -> None:
+    """`slo.by_profile`: chat's ITL rule is judged on chat's gaps (10 ms) although the whole
+    run's gaps include long-doc's 20 ms; long-doc's TTFT rule on long-doc's 0.8 s; a part
+    without measured requests leaves its rules INCONCLUSIVE."""
+    from vllm_slo.reports.analysis.verdicts import evaluate_slos
+
+    scenario, _ = load_scenario("chat-long-doc-mix", [
+        'slo={itl: ["p99 < 15ms"], by_profile: {chat: {itl: ["p99 < 15ms"]}, '
+        'long-doc: {ttft: ["p50 < 500ms"]}}}'])
+    table = _mix_table()
+    series = run_series(table, 10.0)
+    parts = {name: (part, summarize(part))
+             for name, part in series_by_profile(table, 10.0).items()}
+    results = evaluate_slos(scenario.slo.rules(), series, summarize(series), parts=parts)
+    assert [(r.rule.label, r.verdict.value) for r in results] == [
+        ("itl p99 < 15ms", "FAIL"),  # the whole run: a quarter of its gaps are long-doc's
+        ("chat: itl p99 < 15ms", "PASS"),
+        ("long-doc: ttft p50 < 500ms", "FAIL")]
+    assert results[2].observed.value == pytest.approx(0.8)
+    alone = evaluate_slos(scenario.slo.rules(), series, summarize(series), parts={})
+    assert [r.verdict.value for r in alone[1:]] == ["INCONCLUSIVE", "INCONCLUSIVE"]
+    assert alone[1].basis == "no measured requests of part 'chat'"
+
+
+def test_goodput_holds_each_part_to_its_own_rules() -> None:
+    """A part's per-request rule (chat's TTFT < 100 ms) excludes that part's slow requests
+    only: long-doc's 0.8 s TTFTs still count, unless the rule is the whole run's."""
+    from vllm_slo.reports.analysis.verdicts import goodput
+
+    series = run_series(_mix_table(), 10.0)
+
+    def rules(slo: str):
+        return load_scenario("chat-long-doc-mix", [f"slo={slo}"])[0].slo.rules()
+
+    everyone, _ = goodput(rules("{}"), series)
+    per_part, described = goodput(rules('{by_profile: {chat: {ttft: ["p90 < 100ms"]}, '
+                                        'long-doc: {ttft: ["p90 < 500ms"]}}}'), series)
+    whole, _ = goodput(rules('{ttft: ["p90 < 100ms"]}'), series)
+    assert per_part.value == pytest.approx(everyone.value * 60 / 80)  # long-doc's 20 out
+    assert whole.value == pytest.approx(everyone.value * 60 / 80)
+    chat_only, _ = goodput(rules('{by_profile: {chat: {ttft: ["p90 < 100ms"]}}}'), series)
+    assert chat_only.value == pytest.approx(everyone.value)  # no long-doc request judged
+    assert "chat ttft < 0.1s" in described and "long-doc ttft < 0.5s" in described
+
+
+def test_a_parts_slo_must_name_a_part_of_the_mix() -> None:
+    with pytest.raises(ScenarioError, match=r"slo\.by_profile\.chat: 'chat' is not a part"):
+        load_scenario("chat", ['slo={by_profile: {chat: {itl: ["p99 < 50ms"]}}}'])
+    with pytest.raises(ScenarioError, match=r"slo\.by_profile\.sharegpt"):
+        load_scenario("chat-long-doc-mix", ['slo={by_profile: {sharegpt: {ttft: ["p50 < 1s"]}}}'])
+    with pytest.raises(ScenarioError, match=r"slo\.by_profile\.chat\.itl"):
+        load_scenario("chat-long-doc-mix", ['slo={by_profile: {chat: {itl: ["p99 <"]}}}'])
+    with pytest.raises(ScenarioError, match=r"slo\.by_profile\.chat\.by_profile"):
+        load_scenario("chat-long-doc-mix", ["slo={by_profile: {chat: {by_profile: {}}}}"])
