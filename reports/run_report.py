@@ -111,8 +111,8 @@ def load_run(run_dir: Path) -> LoadedRun:
     table = load_samples(run_dir)
     series = run_series(table, scenario.traffic.duration_s)
     summary = summarize(series)
-    parts = {name: (part, summarize(part)) for name, part in
-             series_by_profile(table, scenario.traffic.duration_s).items()}
+    parts = {name: (part, summarize(part)) for name, part in series_by_profile(
+        table, scenario.traffic.duration_s, scenario.traffic.profile == "mix").items()}
     slo_results = evaluate_slos(scenario.slo.rules(), series, summary, parts=parts)
     invalid = invalid_measurement_reasons(summary, status.get("server_failure"),
                                           status.get("load_generator_failure"),

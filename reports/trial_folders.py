@@ -24,7 +24,8 @@ def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
     table = load_samples(run_dir)
     window_s = scenario.traffic.duration_s
     return Trial(variant, position, run_dir, scenario, redact_secrets(provenance), outcome,
-                 run_series(table, window_s), series_by_profile(table, window_s))
+                 run_series(table, window_s),
+                 series_by_profile(table, window_s, scenario.traffic.profile == "mix"))
 
 
 def is_experiment(run_dir: Path) -> bool:

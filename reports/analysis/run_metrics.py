@@ -272,11 +272,13 @@ def measured_profiles(table: pa.Table) -> list[str]:
     return [str(name) for name in names]
 
 
-def series_by_profile(table: pa.Table, window_s: float) -> dict[str, RunSeries]:
+def series_by_profile(table: pa.Table, window_s: float, is_mix: bool = False
+                      ) -> dict[str, RunSeries]:
     """A mix's parts, each a series of its own rows over the same window (throughput: the
-    part's tokens by arrival); {} for a run of one profile."""
+    part's tokens by arrival); {} for a run of one profile. `is_mix` (the scenario's traffic
+    is a mix): every part with measured rows, also when only one of them had any."""
     names = measured_profiles(table)
-    if len(names) < 2:
+    if len(names) < (1 if is_mix else 2):
         return {}
     profile = table.column("profile")
     return {name: run_series(table.filter(pc.equal(profile, name).fill_null(False)), window_s)

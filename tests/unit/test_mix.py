@@ -215,6 +215,15 @@ def test_a_parts_slos_judge_its_own_requests_only() -> None:
     alone = evaluate_slos(scenario.slo.rules(), series, summarize(series), parts={})
     assert [r.verdict.value for r in alone[1:]] == ["INCONCLUSIVE", "INCONCLUSIVE"]
     assert alone[1].basis == "no measured requests of part 'chat'"
+    # a mix whose window held chat requests only: chat's rule is still decided
+    chat_rows = pa.Table.from_pylist(_rows("chat", 0.05, 0.01, 60, 0), schema=SAMPLE_SCHEMA)
+    chat_series = run_series(chat_rows, 10.0)
+    only_chat = {name: (part, summarize(part)) for name, part in
+                 series_by_profile(chat_rows, 10.0, is_mix=True).items()}
+    assert list(only_chat) == ["chat"]
+    verdicts = evaluate_slos(scenario.slo.rules(), chat_series, summarize(chat_series),
+                             parts=only_chat)
+    assert [r.verdict.value for r in verdicts] == ["PASS", "PASS", "INCONCLUSIVE"]
 
 
 def test_goodput_holds_each_part_to_its_own_rules() -> None:
