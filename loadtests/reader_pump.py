@@ -42,6 +42,10 @@ from gevent.hub import get_hub
 from vllm_slo.servers.http_stream import RECV_BYTES, ResponseParser
 
 REPOLL_EVERY = 32  # parses of one wakeup between two polls for what arrived meanwhile
+# re-polls stop once a wakeup has queued this many reads: at saturation, chunks arrive as fast
+# as they are parsed and one callback would otherwise never return, starving every greenlet
+# (users could not send, watchdogs and timers could not fire) until the streams ran dry
+REPOLL_MAX_READS = 512
 _epoll = monkey.get_original("select", "epoll")
 _EPOLLIN = monkey.get_original("select", "EPOLLIN")
 
@@ -74,6 +78,7 @@ class ReaderPump:
         # parses between two polls within a wakeup (VLLM_SLO_PUMP_REPOLL=0: poll once per
         # wakeup, as before, for comparisons: benchmarks/client_capacity.py)
         self.repoll_every = int(os.environ.get("VLLM_SLO_PUMP_REPOLL", REPOLL_EVERY)) or 10**9
+        self.repoll_max_reads = REPOLL_MAX_READS
 
     @property
     def reading(self) -> int:
@@ -149,7 +154,8 @@ class ReaderPump:
         parse. And while the queue is parsed, every REPOLL_EVERY parses the pump polls again
         and reads (stamps) what arrived meanwhile: a wave of hundreds of chunks takes
         milliseconds to parse (~20 us each), and a chunk that landed during it would
-        otherwise wait, unstamped, for the whole wave and the next wakeup."""
+        otherwise wait, unstamped, for the whole wave and the next wakeup. Up to
+        REPOLL_MAX_READS reads per wakeup: then the callback returns to the hub."""
         readings = self._readings
         received: list[tuple[_Reading, bytes, float]] = []
         pending: set[int] = set()
@@ -157,7 +163,8 @@ class ReaderPump:
         self._receive(self._epoll.poll(0), pending, received)
         position = 0
         while position < len(received):
-            if position and position % self.repoll_every == 0:
+            if (position and position % self.repoll_every == 0
+                    and len(received) < self.repoll_max_reads):
                 self._receive(self._epoll.poll(0), pending, received)
             reading, data, arrived_at_s = received[position]
             position += 1

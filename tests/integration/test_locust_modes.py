@@ -216,3 +216,35 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
     # the tail belongs to the host: on a shared 2-core machine another process can hold the
     # core for tens of ms, late for every stream at once (the p99 is not the reader's)
     assert np.percentile(delays, 90) < 10.0, summary
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_traffic_waits_for_the_agreed_start(fast_standin: str, tmp_path: Path,
+                                           workers: int) -> None:
+    """A side-by-side round's start gate (`run_trial(before_traffic=...)` returning an
+    instant): Locust, standalone or a --processes master with its workers, sends nothing
+    before that instant, starts right at it, and runs its full duration after it."""
+    import time
+
+    from vllm_slo.runner import run_trial
+    from vllm_slo.scenarios.loader import load_scenario
+
+    scenario, _ = load_scenario("chat", [
+        f"server.url={fast_standin}", *COMMON, f"traffic.workers={workers}",
+        "traffic.duration=4s", "traffic.warmup=1s",
+        "traffic.arrival={kind: closed, users: 4, spawn_rate: 100, think_time: 0s}"])
+    gate: list[float] = []
+
+    def start_in_6_s() -> float:
+        gate.append(time.time() + 6.0)  # Locust's start-up (~3 s here) ends before it
+        return gate[0]
+
+    exit_code, _ = run_trial(scenario, tmp_path / "run", lambda line: None,
+                             before_traffic=start_in_6_s)
+    sends = pq.read_table(tmp_path / "run" / "samples.parquet",
+                          columns=["send_unix_s"]).column("send_unix_s").to_pylist()
+    assert int(exit_code) == 0
+    assert gate[0] <= min(sends) < gate[0] + 0.5, (min(sends) - gate[0])
+    assert max(sends) > gate[0] + 4.0  # warm-up + measured window counted from the gate
+    assert "after the agreed traffic start" not in (
+        tmp_path / "run" / "locust.log").read_text()

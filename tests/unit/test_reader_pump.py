@@ -139,12 +139,15 @@ def test_a_blocking_socket_is_refused() -> None:
     theirs.close()
 
 
-@pytest.mark.parametrize("repoll_every", [32, 10**9])
-def test_bytes_that_arrive_while_a_wave_is_parsed_are_stamped_within_it(repoll_every) -> None:
+@pytest.mark.parametrize(("repoll_every", "max_reads", "within"),
+                         [(32, 512, True), (10**9, 512, False), (32, 40, False)])
+def test_bytes_that_arrive_while_a_wave_is_parsed_are_stamped_within_it(
+        repoll_every: int, max_reads: int, within: bool) -> None:
     """40 responses are ready at one wakeup; the first one parsed makes a 41st arrive. With
     the re-poll (every 32 parses) the 41st is read and stamped before the wave's first reads
     are all parsed; without it, only at the next wakeup, after them (what the re-poll
-    removes)."""
+    removes); nor when the wakeup has queued its most reads already (40 here: the callback
+    must return to the hub at saturation)."""
     raw = (DATA / "vllm_completions_stream.bin").read_bytes()
     wave = [gevent.socket.socketpair() for _ in range(40)]
     late_ours, late_theirs = gevent.socket.socketpair()
@@ -161,8 +164,8 @@ def test_bytes_that_arrive_while_a_wave_is_parsed_are_stamped_within_it(repoll_e
     parsers = [ResponseParser(on_event(k)) for k in range(len(wave))]
     late = ResponseParser(lambda t, payload: late_stamps.append(t))
     the_pump = pump()
-    before = the_pump.repoll_every
-    the_pump.repoll_every = repoll_every
+    before = the_pump.repoll_every, the_pump.repoll_max_reads
+    the_pump.repoll_every, the_pump.repoll_max_reads = repoll_every, max_reads
     try:
         readers = [gevent.spawn(the_pump.read, ours, parser)
                    for (ours, _theirs), parser in zip(wave, parsers, strict=True)]
@@ -173,11 +176,11 @@ def test_bytes_that_arrive_while_a_wave_is_parsed_are_stamped_within_it(repoll_e
             theirs._sock.send(raw)
         gevent.joinall(readers, raise_error=True, timeout=30)
     finally:
-        the_pump.repoll_every = before
+        the_pump.repoll_every, the_pump.repoll_max_reads = before
     assert all(parser.done for parser in parsers) and late.done
     assert [p for _, p in late.response.events] == [] and late_stamps
     wave_parsed_at = max(first_parsed_at.values())  # the first wakeup's last parse
-    if repoll_every == 32:
+    if within:
         assert late_stamps[0] < wave_parsed_at
     else:
         assert late_stamps[0] > wave_parsed_at
