@@ -86,8 +86,11 @@ def test_the_tune_ranks_and_recommends(tune) -> None:
         {"max-num-seqs": 8, "enable-prefix-caching": True},
         {"max-num-seqs": 8, "enable-prefix-caching": False}]
     for candidate in candidates.values():  # real goodput from real trials
-        assert len(candidate["objective_values"]) == 1 and candidate["median"] > 0
+        # (0 is real too: on a loaded 2-core box every request of 2 sequences without prefix
+        # caching once missed the 2 s TTFT; its ratio to the best is then undefined, null)
+        assert len(candidate["objective_values"]) == 1 and candidate["median"] >= 0
         assert candidate["preemptions"] is not None  # vLLM's counter was scraped
+    assert max(c["median"] for c in candidates.values()) > 0
     assert sorted(r["name"] for r in document["ranking"]) == sorted(candidates)
     # one trial each can never be significant: every other candidate is a tie with the best
     recommended = document["recommended"]
