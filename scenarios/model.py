@@ -582,21 +582,17 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _parts_named_are_parts_of_the_mix(self) -> Scenario:
-        for cell in self.compare.cells:
-            part, _ = split_cell(cell)
+        named = [(f"compare.cells {cell!r}", split_cell(cell)[0], "part cells")
+                 for cell in self.compare.cells]
+        named += [(f"slo.by_profile.{part}", part, "per-part SLOs")
+                  for part in self.slo.by_profile]
+        for where, part, what in named:
             if part is not None and part not in self.traffic.mix:
                 raise ValueError(
-                    f"compare.cells {cell!r}: {part!r} is not a part of this run's traffic "
+                    f"{where}: {part!r} is not a part of this run's traffic "
                     f"(profile {self.traffic.profile!r}"
                     + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
-                    + "); part cells are for profile: mix")
-        for part in self.slo.by_profile:
-            if part not in self.traffic.mix:
-                raise ValueError(
-                    f"slo.by_profile.{part}: {part!r} is not a part of this run's traffic "
-                    f"(profile {self.traffic.profile!r}"
-                    + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
-                    + "); per-part SLOs are for profile: mix")
+                    + f"); {what} are for profile: mix")
         return self
 
     @model_validator(mode="after")
