@@ -20,6 +20,7 @@ from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
 from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
+from vllm_slo.servers.core_split import pin
 from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.vllm_server import stop_process_group
 
@@ -133,7 +134,10 @@ def run_locust(
     abort: Callable[[], str | None] = lambda: None,
     abort_interval_s: float = 2.0,
     start_at_unix_s: float | None = None,
+    cores: tuple[int, ...] | None = None,
 ) -> LocustResult:
+    """Run Locust to its end (or until the server dies, the hard deadline passes or `abort`
+    says why to stop); `cores`: the cores its processes are confined to (None: anywhere)."""
     run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
     planned_s = traffic.total_s
@@ -147,6 +151,7 @@ def run_locust(
             stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True,
             env=locust_environment(os.environ))
+    pin(process.pid, cores)  # before it forks its --processes workers: they inherit the mask
     started = time.monotonic()
     next_progress = started + progress_interval_s
     next_abort_check = started + abort_interval_s

@@ -77,7 +77,12 @@ class ServerSpec(Frozen):
     devices: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
         None, min_length=1,
         description="where the launched server runs: GPU indices (CUDA_VISIBLE_DEVICES) on a "
-                    "GPU, CPU core ids (VLLM_CPU_OMP_THREADS_BIND) on vLLM's CPU build")
+                    "GPU, CPU core ids on vLLM's CPU build (its whole process group confined "
+                    "there, its OpenMP threads bound: VLLM_CPU_OMP_THREADS_BIND)")
+    core_split: Literal["auto", "off"] = Field(
+        "auto", description="vLLM's CPU build on a host of at most 4 cores: auto gives the "
+                            "server the first half of the cores and Locust the rest; off pins "
+                            "nothing")
 
     @model_validator(mode="after")
     def _devices_are_placeable(self) -> ServerSpec:

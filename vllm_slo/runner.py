@@ -40,6 +40,7 @@ from vllm_slo.scenarios.run_files import (
     SERVER_METRICS_FILE,
     STATUS_FILE,
 )
+from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.http_stream import HttpStreamClient
 from vllm_slo.servers.metrics_scrape import MetricsRecorder
@@ -248,6 +249,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
                 if provenance["prefix_cache_reset"] != "reset":
                     status["warnings"].append(
                         f"prefix cache {provenance['prefix_cache_reset']}")
+            split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
+            provenance["core_split"] = split.to_dict()
+            if split.client_cores is not None:
+                say(f"cores: vLLM on {','.join(map(str, split.server_cores or ()))}, Locust on "
+                    f"{','.join(map(str, split.client_cores))} ({split.reason})")
             workers = traffic.remote_workers or resolve_workers(
                 traffic, os.cpu_count() or 1, _server_share(spec.url, platform))
             provenance["locust_workers"] = workers
@@ -291,7 +297,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
             locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
                                 progress_interval_s=5.0 if interactive else 30.0, abort=abort,
-                                start_at_unix_s=start_at_unix_s)
+                                start_at_unix_s=start_at_unix_s, cores=split.client_cores)
             if locust.aborted:
                 status["aborted"] = locust.aborted
                 say(f"aborted: {locust.aborted}")
