@@ -21,6 +21,7 @@ import pytest
 from tests.integration.conftest import REPO, cli_env, requires_vllm, run_cli
 from vllm_slo.reports.trial_folders import collect_trials, is_experiment
 from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.core_split import pin
 from vllm_slo.servers.tiny_model import ensure_tiny_model
 from vllm_slo.servers.vllm_server import launch_vllm, process_group_alive
 
@@ -49,14 +50,17 @@ slo:
 """
 
 
-def bench_serve(base_url: str, out: Path) -> Path:
+def bench_serve(base_url: str, out: Path, client_cores: tuple[int, ...] | None) -> Path:
     """vLLM's own `vllm bench serve` (through the suite's CLI shim for the CPU wheel)."""
     command = [sys.executable, "-m", "vllm_slo.servers.vllm_cli", "bench", "serve",
                "--base-url", base_url, "--tokenizer", str(ensure_tiny_model()), *BENCH_FLAGS,
                "--result-dir", str(out.parent), "--result-filename", out.name]
     env = {**cli_env(), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=420, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as bench:
+        pin(bench.pid, client_cores)  # off the server's cores, as the suite's own Locust runs
+        stdout, stderr = bench.communicate(timeout=420)
+    assert bench.returncode == 0, stdout[-3000:] + stderr[-3000:]
     return out
 
 
@@ -67,7 +71,9 @@ def live_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]
     scratch = tmp_path_factory.mktemp("bench")
     spec = ServerSpec(args={"max-model-len": 512})
     with launch_vllm(spec, "cpu", scratch / "server.log") as server:
-        files = [bench_serve(server.base_url, scratch / f"live-{k}.json") for k in (1, 2)]
+        client_cores = server.plan.core_split.client_cores
+        files = [bench_serve(server.base_url, scratch / f"live-{k}.json", client_cores)
+                 for k in (1, 2)]
         pgid = server.pid
     assert pgid is not None and not process_group_alive(pgid)
     yield files

@@ -37,10 +37,12 @@ def interrupted_in_round_two(tmp_path_factory: pytest.TempPathFactory):
         "traffic.duration=8s", "traffic.warmup=2s", "traffic.arrival.users=4",
         "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
         "traffic.chat.turns=1", "traffic.chat.output_tokens=16", "compare.cells=[ttft.p50]",
-        # two vLLM servers and two Locusts on this 2-core box: a Locust timer woke 78 ms late
-        # (p99) in one CI run and the trial was judged client-limited; this test is about the
-        # rounds' placement and timing, so the health bound is the 2-core one (long-doc.yaml)
-        "traffic.max_loop_lag_p99=200ms"]
+        # two vLLM servers, each confined to its core, and two Locusts on this 2-core box: no
+        # core is left for the load generators, whose timers woke 78-262 ms late (p99) in CI
+        # runs; this test is about the rounds' placement and timing, not the client's health
+        # (tests/integration/test_ab_vllm_cpu.py runs with a core of its own), so the health
+        # bounds are off here
+        "traffic.max_loop_lag_p99=10s", "traffic.min_held_concurrency=0.01"]
     with running_cli(arguments, runs) as cli:
         def round_two_sending() -> bool:
             run_dir = only_run_dir(runs)
@@ -67,6 +69,9 @@ def test_slots_rotate_and_vllm_binds_to_them(interrupted_in_round_two) -> None:
     bound = {name: provenance(folder)["launch"]["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"]
              for name, folder in trials.items()}
     assert bound == {"001-a-1": "0", "002-b-1": "1", "003-b-2": "0", "004-a-2": "1"}
+    for name, folder in trials.items():  # the whole server group on its slot, Locust free
+        split = provenance(folder)["core_split"]
+        assert split["server_cores"] == [int(bound[name])] and split["client_cores"] is None
     for name, folder in trials.items():  # vLLM's worker took the cores it was given
         log = (folder / "server.log").read_text()
         assert f"VLLM_CPU_OMP_THREADS_BIND='{bound[name]}'" in log, name
