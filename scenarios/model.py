@@ -84,6 +84,13 @@ class ServerSpec(Frozen):
                             "server the first half of the cores and Locust the rest; off pins "
                             "nothing")
 
+    @field_validator("core_split", mode="before")
+    @classmethod
+    def _yaml_off_is_off(cls, value: object) -> object:
+        """YAML reads a bare `off` as false (and `on` as true)."""
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) \
+            else value
+
     @model_validator(mode="after")
     def _devices_are_placeable(self) -> ServerSpec:
         if self.devices is None:

@@ -26,7 +26,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory):
     return run_cli([
         "run", "scenario=chat", f"trials={TRIALS}",
         "variants={base: {}, narrow: {server: {args: {max-num-seqs: 2}}}}",
-        "traffic.duration=5s", "traffic.warmup=3s", "traffic.arrival.users=12",
+        "traffic.duration=4s", "traffic.warmup=2s", "traffic.arrival.users=12",
         "traffic.arrival.spawn_rate=100", "traffic.arrival.think_time=0s",
         "traffic.chat.turns=1", "traffic.chat.output_tokens=16",
         "compare.cells=[ttft.p50]",

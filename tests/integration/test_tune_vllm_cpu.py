@@ -26,7 +26,7 @@ from tests.integration.conftest import (
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
-SHORT = ["tune.trials=1", "tune.search=[]", "traffic.duration=6s", "traffic.warmup=2s",
+SHORT = ["tune.trials=1", "tune.search=[]", "traffic.duration=4s", "traffic.warmup=1s",
          "traffic.chat.turns=1", "traffic.chat.output_tokens=16"]
 
 

@@ -76,3 +76,13 @@ def test_pin_confines_a_process_and_none_leaves_it() -> None:
         assert os.sched_getaffinity(0) == {core}
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_core_split_reads_yaml_off_as_off() -> None:
+    from vllm_slo.scenarios.loader import load_scenario
+
+    scenario, _ = load_scenario("chat", ["server.core_split=off"])  # YAML: off is false
+    assert scenario.server.core_split == "off"
+    assert ServerSpec(core_split=True).core_split == "auto"
+    with pytest.raises(ValueError, match="core_split"):
+        ServerSpec(core_split="sometimes")
