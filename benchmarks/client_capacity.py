@@ -160,8 +160,7 @@ def start_standins(args: argparse.Namespace, folder: Path
             "--default-max-tokens", str(args.tokens), "--max-model-len", "4096",
             "--record", str(record), *(["--reuse-port"] if args.standin_processes > 1 else [])])
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=folder,
-                                   start_new_session=True)  # not in a checkout: `-m` puts the cwd
-        # first on sys.path, and a checkout's vllm_slo/ would shadow the installed package
+                                   start_new_session=True)  # in its own folder (its record)
         line = process.stdout.readline() if process.stdout else ""
         if "READY" not in line:
             raise RuntimeError(f"the stand-in did not start: {line!r}")

@@ -213,8 +213,7 @@ def run_suite(args: argparse.Namespace, concurrency: int, out: Path,
                f"traffic.temperature={args.temperature:g}",
                "slo={}"]
     with open(out / "suite.log", "a") as log:
-        # in the output folder: `-m` puts the cwd first on sys.path, and a checkout's
-        # vllm_slo/ would shadow the installed package
+        # in the output folder, where the run folders land
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600, cwd=out)
     (made,) = set(runs.glob("*")) - before
     return made

@@ -55,7 +55,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs-dir", type=Path, default=None, help="default: a temporary folder")
     p.add_argument("--tracemalloc", type=Path, default=None,
                    help="FILE: Locust writes where its Python memory grew to FILE.<pid> "
-                        "(loadtests/memory_trace.py; slows the client, so RSS is not "
+                        "(vllm_slo/loadtests/memory_trace.py; slows the client, so RSS is not "
                         "comparable with a run without it)")
     p.add_argument("--smaps-every", type=float, default=0.0,
                    help="also save the Locust process's anonymous mappings (address range, "

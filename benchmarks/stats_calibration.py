@@ -722,7 +722,7 @@ def itl_coverage(
     """ITL percentile intervals from gaps pooled request by request versus time-ordered.
 
     Both go through ``percentile_estimate``: the request-ordered series as
-    ``reports/analysis/run_metrics.py`` pools it today, the time-ordered one through
+    ``vllm_slo/reports/analysis/run_metrics.py`` pools it today, the time-ordered one through
     ``itl_percentile_estimate`` (gaps sorted by arrival). Truth: ``itl_true_percentiles``.
     """
     rng = np.random.default_rng(seed)

@@ -1,5 +1,6 @@
 """Closed-loop `stages` through Locust's LoadTestShape: the same users and rows as
-loadtests/locustfile.py, with the user count following `traffic.arrival.stages`.
+loadtests/locustfile.py (vllm_slo/loadtests/users.py), with the user count following
+`traffic.arrival.stages`.
 
     locust -f loadtests/locustfile_stages.py --headless --host URL \
         --vllm-slo-run-dir runs/<id> ClosedLoopUser
@@ -10,7 +11,7 @@ from __future__ import annotations
 from locust import LoadTestShape
 
 from vllm_slo.loadtests.arrivals import users_at
-from vllm_slo.loadtests.locustfile import RUN, ClosedLoopUser, OpenLoopUser  # noqa: F401  (users)
+from vllm_slo.loadtests.users import RUN, ClosedLoopUser, OpenLoopUser  # noqa: F401  (users)
 
 STAGE_SPAWN_RATE = 100.0  # users per second when a stage changes the count
 

@@ -2,7 +2,7 @@
 candidate runs as trials on fresh servers (grid candidates interleaved A B B A ...), the
 guides' procedures step one arg at a time from the best candidate so far until a stop
 condition holds, and the candidates are ranked by the objective with significance across
-trials (reports/analysis/tuning.py decides; reports/tune_report.py writes).
+trials (vllm_slo/reports/analysis/tuning.py decides; vllm_slo/reports/tune_report.py writes).
 
     runs/<stamp>-<name>-tune/tune.yaml                   the scenario as given (tune included)
     runs/<stamp>-<name>-tune/trials/<NNN>-<cNN>-<k>/     one run folder per trial

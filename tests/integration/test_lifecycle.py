@@ -82,7 +82,7 @@ def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
 
 def test_vllm_rejecting_an_engine_arg_is_a_usage_error(tmp_path: Path) -> None:
     # --swap-space was removed in vLLM's V1 engine: its parser rejects it, now before the
-    # launch (servers/vllm_args.py); an engine refusing at start-up is
+    # launch (vllm_slo/servers/vllm_args.py); an engine refusing at start-up is
     # test_vllm_args.py::test_a_kv_cache_too_small_for_max_model_len_is_diagnosed
     result = run_cli(["run", "scenario=chat", "server.args.swap-space=1"], tmp_path,
                      timeout_s=300)

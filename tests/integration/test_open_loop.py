@@ -67,7 +67,7 @@ def test_late_requests_include_their_queueing(slow_standin: str, tmp_path: Path)
         assert lag > 0.001
         # TTFT from the intended time = time waiting for a slot + the server's own TTFT (the
         # last requests, still streaming when Locust stopped, read 32-67 ms more while its
-        # stop blocked the loop: loadtests/locust_quirks.py)
+        # stop blocked the loop: vllm_slo/loadtests/locust_quirks.py)
         assert ttft == pytest.approx(lag + SLOW_TTFT_S, abs=0.015)
     lags = sorted(table["send_lag_s"][i] for i in queued)
     assert lags[-1] > 2.0  # the backlog grows: late requests are seconds late

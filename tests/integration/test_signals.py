@@ -36,9 +36,10 @@ pytestmark = pytest.mark.integration
 COMMON = ["traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
           "traffic.chat.system_prompt_tokens=20", "slo={error_rate: \"< 50%\"}",
           "traffic.duration=120s", "traffic.warmup=0s"]
-# the locustfile's flush interval (importing it would monkey-patch this process)
-FLUSH_INTERVAL_S = float(re.search(r"^FLUSH_INTERVAL_S = ([0-9.]+)$",
-                                   locust_launcher.LOCUSTFILE.read_text(), re.M).group(1))
+# the Locust users' flush interval (importing them would monkey-patch this process)
+FLUSH_INTERVAL_S = float(re.search(
+    r"^FLUSH_INTERVAL_S = ([0-9.]+)$",
+    (Path(locust_launcher.__file__).parent / "users.py").read_text(), re.M).group(1))
 SUITE_ID = re.compile(r"^\d+-\d+-\d+-\d+$")  # locustfile: pid-user-count-plan index
 
 

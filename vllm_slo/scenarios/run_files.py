@@ -1,0 +1,23 @@
+"""Names of the files in a run folder (`runs/<UTC timestamp>-<scenario>/`)."""
+
+SCENARIO_FILE = "scenario.yaml"  # the resolved scenario (file + overrides), re-runnable
+PROVENANCE_FILE = "provenance.json"  # vLLM version, engine args, host, git commit, seed
+STATUS_FILE = "run_status.json"  # server/load-generator failures, interruption
+LOCUST_CONFIG_FILE = "locust_config.json"  # what the Locust processes read at start
+SERVER_LOG_FILE = "server.log"
+LOCUST_LOG_FILE = "locust.log"
+SERVER_METRICS_FILE = "server_metrics.jsonl"  # /metrics scrapes, one JSON line each
+SERVER_FACTS_FILE = "server_facts.json"  # KV cache, resolved config: the server's own words
+SUMMARY_FILE = "summary.json"
+JUNIT_FILE = "junit.xml"  # one testcase per SLO (vllm_slo/reports/junit.py)
+SUMMARY_MD_FILE = "summary.md"  # short Markdown digest (vllm_slo/reports/markdown.py)
+REPORT_FILE = "report.html"
+PLAN_FILE = "requests.parquet"  # the pre-sampled request plan (prompts, max_tokens), in order
+TRIALS_DIR = "trials"  # experiments: one complete run folder per trial
+TUNE_SCENARIO_FILE = "tune.yaml"  # tunes: the scenario as given, its tune section included
+CANDIDATES_FILE = "candidates.json"  # tunes: candidate name -> server args, origin
+START_FAILURE_FILE = "start_failure.json"  # a tune's trial whose server did not come up
+TUNE_SUMMARY_FILE = "tune.json"  # tunes: ranking, Pareto front, searches, recommendation
+TUNE_REPORT_FILE = "tune.html"
+RECOMMENDED_CONFIG_FILE = "recommended.yaml"  # vLLM --config format
+RECOMMENDED_COMMAND_FILE = "recommended-command.txt"
