@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU per streamed chunk of the two response readers, alternated in one process so a noisy,
 shared host hits both alike: `blocking` (each stream's greenlet blocks in gevent's `recv`, the
-path before the reader pump) and `pump` (vllm_slo/loadtests/reader_pump.py: one epoll pass per wakeup).
+path before the reader pump) and `pump` (loadtests/reader_pump.py: one epoll pass per wakeup).
 
 A writer process (pinned with --writer-cpus) holds the far ends of S socket pairs and streams
 vLLM-shaped chunked SSE responses on each: the headers, then one ~250-byte event every

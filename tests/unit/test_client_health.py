@@ -1,4 +1,4 @@
-"""The load generator's self-judgement (vllm_slo/reports/analysis/client_health.py) and the monitor's
+"""The load generator's self-judgement (reports/analysis/client_health.py) and the monitor's
 pure parts (vllm_slo/loadtests/client_monitor.py): time-weighted concurrency from known intervals,
 re-send gaps, pooled loop lag, and the criterion firing exactly when it should; a monitored run
 folder renders the numbers into summary.json (valid against its schema), the text, Markdown

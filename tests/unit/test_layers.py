@@ -138,7 +138,7 @@ def test_reports_analysis_never_imports_rendering() -> None:
 
 
 def test_reports_analysis_touches_no_files() -> None:
-    """Analysis is pure: reading run folders is `vllm_slo/reports/samples.py`, `vllm_slo/reports/trial_folders.py`
+    """Analysis is pure: reading run folders is `reports/samples.py`, `reports/trial_folders.py`
     and the report builders; writing is the renderers'."""
     io_calls = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_table",
                 "write_table", "mkdir", "unlink"}

@@ -1,4 +1,4 @@
-"""vllm_slo/loadtests/memory_trace.py's report: the allocation sites that grew between two snapshots,
+"""loadtests/memory_trace.py's report: the allocation sites that grew between two snapshots,
 largest first, without the diagnostic's own allocations."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-process reader pump (vllm_slo/loadtests/reader_pump.py) on gevent's cooperative sockets, in
+"""The per-process reader pump (loadtests/reader_pump.py) on gevent's cooperative sockets, in
 this process: recorded vLLM responses written in pieces by greenlets come out exactly as the
 blocking reader gives them, each event stamped after the write that completed it; many
 streams at once; the watchdog and a closed connection."""

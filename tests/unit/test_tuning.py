@@ -1,4 +1,4 @@
-"""The tune's decisions (vllm_slo/reports/analysis/tuning.py) and its outputs (vllm_slo/reports/tune_report.py)
+"""The tune's decisions (reports/analysis/tuning.py) and its outputs (reports/tune_report.py)
 on made-up candidate results: grid order, search values and stops, the ranking's significance,
 the Pareto front, the recommendation and the exit code; the tune section's validation."""
 

@@ -1,4 +1,4 @@
-"""The pure parts of the `server.args` check (vllm_slo/servers/vllm_args.py): which flags argparse would
+"""The pure parts of the `server.args` check (servers/vllm_args.py): which flags argparse would
 not know, the message for a rejection, and the options cache answering an unknown flag without
 running vLLM."""
 

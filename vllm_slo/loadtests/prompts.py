@@ -1,4 +1,4 @@
-"""Prompt material for the request plan (`vllm_slo/loadtests/plan.py`): texts of exact token lengths built
+"""Prompt material for the request plan (`plan.py`): texts of exact token lengths built
 from a fixed word vocabulary, the long-doc instructions, the ShareGPT reader, and the flattening
 of a chat history into a `/v1/completions` prompt.
 

@@ -50,8 +50,8 @@ BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: d
 BACKOFF_MAX_S = 2.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
 
-locust_quirks.install()  # Locust's stop must not block the loop (vllm_slo/loadtests/locust_quirks.py)
-arrow_memory.use_system_allocator()  # flat memory over long runs (vllm_slo/loadtests/arrow_memory.py)
+locust_quirks.install()  # Locust's stop must not block the loop (locust_quirks.py)
+arrow_memory.use_system_allocator()  # flat memory over long runs (arrow_memory.py)
 
 
 class _Run:

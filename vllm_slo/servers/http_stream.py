@@ -12,7 +12,7 @@ headers, content-length / chunked / read-to-close bodies, SSE events, keep-alive
 read's bytes with the stamp taken right after that read; a *reader* only calls `recv` and feeds
 it. The plain blocking reader here serves everything outside Locust (readiness, /metrics, the
 prefix-cache reset, tests) and works on gevent's cooperative sockets too. Inside Locust the
-users hand their sockets to one reader per process instead (`reader=`: vllm_slo/loadtests/reader_pump.py,
+users hand their sockets to one reader per process instead (`reader=`: loadtests/reader_pump.py,
 which reads every ready socket of the process in one pass); both feed the same parser.
 """
 
