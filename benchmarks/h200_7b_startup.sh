@@ -111,6 +111,9 @@ step() { # STEP
     eager_cold) serve "$1" --enforce-eager && bench eager_inf 3 ;;
     graphs_warm) serve "$1" && bench graphs_warm_inf 4 ;;
     eager_warm) serve "$1" --enforce-eager ;;
+    graphs_ref) serve "$1" && { bench graphs_ref400 5 --num-prompts 400; bench graphs_c64 6 --max-concurrency 64; } ;;
+    eager_ref) serve "$1" --enforce-eager && bench eager_ref400 7 --num-prompts 400 ;;
+    gmu095) serve "$1" --enforce-eager --gpu-memory-utilization 0.95 ;;
     *) echo "=== unknown step $1"; return 0 ;;
   esac
   stop_server
