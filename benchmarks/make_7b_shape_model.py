@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write a Llama-2-7B-shaped model directory with no weights, for `vllm serve DIR --load-format dummy`.
+"""Write a Llama-2-7B-shaped model directory with no weights, for
+`vllm serve DIR --load-format dummy`.
 
 The directory holds only what vLLM reads when the weights are dummy (random, made on the GPU):
 
@@ -66,12 +67,19 @@ class LlamaShape:
         """Parameters of LlamaForCausalLM with this shape (no biases)."""
         head_dim = self.hidden_size // self.num_attention_heads
         kv_width = self.num_key_value_heads * head_dim
-        attention = 2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size * kv_width  # q, o, k, v
+        attention = (
+            2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size * kv_width
+        )  # q, o, k, v
         mlp = 3 * self.hidden_size * self.intermediate_size  # gate, up, down
         norms = 2 * self.hidden_size
         embeddings = self.vocab_size * self.hidden_size
         head = 0 if self.tie_word_embeddings else embeddings
-        return self.num_hidden_layers * (attention + mlp + norms) + self.hidden_size + embeddings + head
+        return (
+            self.num_hidden_layers * (attention + mlp + norms)
+            + self.hidden_size
+            + embeddings
+            + head
+        )
 
     def kv_cache_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """K and V of every layer for one token."""
@@ -114,7 +122,21 @@ def pseudo_text(lines: int = 60000, seed: int = 0) -> Iterator[str]:
     syllables = [c + v for c in consonants for v in vowels]
     syllables += [c + v + end for c in consonants[:9] for v in vowels for end in "nrst"]
     words = ["".join(rnd.choice(syllables) for _ in range(rnd.randint(1, 4))) for _ in range(60000)]
-    words += ["the", "a", "of", "and", "to", "in", "is", "you", "that", "it", "user", "assistant", "system"]
+    words += [
+        "the",
+        "a",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "you",
+        "that",
+        "it",
+        "user",
+        "assistant",
+        "system",
+    ]
     endings = [".", ",", "?", "!", ":", ";", " -", "'s", "0", "1", "2", "42", "2026"]
     for _ in range(lines):
         sentence = " ".join(rnd.choice(words) for _ in range(rnd.randint(5, 25)))
@@ -141,17 +163,28 @@ def write_tokenizer(out_dir: str, vocab_size: int, max_length: int) -> int:
     tokenizer.train_from_iterator(pseudo_text(), trainer=trainer)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != vocab_size:
-        raise SystemExit(f"tokenizer has {size} tokens, not {vocab_size}: the pseudo-text is too small")
+        raise SystemExit(
+            f"tokenizer has {size} tokens, not {vocab_size}: the pseudo-text is too small"
+        )
     for token_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == token_id, token
     tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
-    special = {"content": "", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    special = {
+        "content": "",
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
         "eos_token": "</s>",
         "unk_token": "<unk>",
-        "added_tokens_decoder": {str(i): {**special, "content": t} for i, t in enumerate(SPECIAL_TOKENS)},
+        "added_tokens_decoder": {
+            str(i): {**special, "content": t} for i, t in enumerate(SPECIAL_TOKENS)
+        },
         "clean_up_tokenization_spaces": False,
         "model_max_length": max_length,
         "chat_template": CHAT_TEMPLATE,
@@ -167,7 +200,11 @@ def write_model_dir(out_dir: str, shape: LlamaShape) -> dict[str, object]:
     started = time.perf_counter()
     with open(os.path.join(out_dir, "config.json"), "w") as handle:
         json.dump(shape.config(), handle, indent=2)
-    generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "max_length": shape.max_position_embeddings}
+    generation = {
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "max_length": shape.max_position_embeddings,
+    }
     with open(os.path.join(out_dir, "generation_config.json"), "w") as handle:
         json.dump(generation, handle, indent=2)
     tokens = write_tokenizer(out_dir, shape.vocab_size, shape.max_position_embeddings)
@@ -189,15 +226,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="directory to write (created if missing)")
     defaults = LlamaShape()
-    parser.add_argument("--layers", type=int, default=defaults.num_hidden_layers, help="num_hidden_layers")
-    parser.add_argument("--max-position-embeddings", type=int, default=defaults.max_position_embeddings)
+    parser.add_argument(
+        "--layers", type=int, default=defaults.num_hidden_layers, help="num_hidden_layers"
+    )
+    parser.add_argument(
+        "--max-position-embeddings", type=int, default=defaults.max_position_embeddings
+    )
     args = parser.parse_args(argv)
     shape = dataclasses.replace(
-        defaults, num_hidden_layers=args.layers, max_position_embeddings=args.max_position_embeddings
+        defaults,
+        num_hidden_layers=args.layers,
+        max_position_embeddings=args.max_position_embeddings,
     )
     record = write_model_dir(args.out_dir, shape)
     print(json.dumps(record), flush=True)
-    print(f"model_parameters: {record['model_parameters']:,} ({record['model_parameters'] / 1e9:.2f} B)", flush=True)
+    print(
+        f"model_parameters: {record['model_parameters']:,} "
+        f"({record['model_parameters'] / 1e9:.2f} B)",
+        flush=True,
+    )
     return 0
 
 

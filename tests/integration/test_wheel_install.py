@@ -20,27 +20,32 @@ from tests.integration.conftest import REPO, CliRun, cli_env, run_cli, standin_s
 
 pytestmark = pytest.mark.integration
 
-# repository folder -> where setuptools' package-dir puts it in the wheel
+# repository folder -> where the wheel holds it: the package as it is, the user folders as
+# package data under vllm_slo/_data/ (vllm_slo/resources.py finds them there)
 PACKAGE_FOLDERS = {
     "vllm_slo": "vllm_slo",
-    "scenarios": "vllm_slo/scenarios",
-    "servers": "vllm_slo/servers",
-    "loadtests": "vllm_slo/loadtests",
-    "reports": "vllm_slo/reports",
+    "scenarios": "vllm_slo/_data/scenarios",
+    "servers": "vllm_slo/_data/servers",
+    "loadtests": "vllm_slo/_data/loadtests",
+    "reports": "vllm_slo/_data/reports",
 }
-# data files the suite reads at run time (beside its modules)
+# data files the suite reads at run time
 REQUIRED_DATA = [
-    "vllm_slo/scenarios/chat.yaml",
-    "vllm_slo/scenarios/long-doc.yaml",
-    "vllm_slo/scenarios/sharegpt.yaml",
-    "vllm_slo/scenarios/chunked-prefill-ab.yaml",
-    "vllm_slo/loadtests/data/sharegpt_sample.json",
-    "vllm_slo/reports/schema/summary.schema.json",
-    "vllm_slo/reports/schema/experiment-summary.schema.json",
-    "vllm_slo/reports/schema/tune.schema.json",
-    "vllm_slo/reports/templates/tune.html.j2",
-    "vllm_slo/reports/templates/report.html.j2",
-    "vllm_slo/reports/templates/experiment.html.j2",
+    "vllm_slo/_data/scenarios/chat.yaml",
+    "vllm_slo/_data/scenarios/long-doc.yaml",
+    "vllm_slo/_data/scenarios/sharegpt.yaml",
+    "vllm_slo/_data/scenarios/chunked-prefill-ab.yaml",
+    "vllm_slo/_data/servers/chunked-prefill-8k.yaml",
+    "vllm_slo/_data/loadtests/locustfile.py",
+    "vllm_slo/_data/loadtests/locustfile_stages.py",
+    "vllm_slo/_data/loadtests/data/sharegpt_sample.json",
+    "vllm_slo/_data/reports/schema/summary.schema.json",
+    "vllm_slo/_data/reports/schema/experiment-summary.schema.json",
+    "vllm_slo/_data/reports/schema/tune.schema.json",
+    "vllm_slo/_data/reports/templates/tune.html.j2",
+    "vllm_slo/_data/reports/templates/report.html.j2",
+    "vllm_slo/_data/reports/templates/experiment.html.j2",
+    "vllm_slo/_data/reports/vendor/plotly-basic.min.js",
 ]
 MEASURED = {0, 1, 3}  # PASS, FAIL, INCONCLUSIVE: a measurement (2 = usage, 4 = invalid run)
 ATTACH = ["traffic.duration=5s", "traffic.warmup=1s", "traffic.arrival.users=2",
