@@ -8,8 +8,13 @@
 #   model                 write /tmp/model7b (benchmarks/make_7b_shape_model.py)
 #   start [STEP...]       run the steps in the background (setsid), log /tmp/res7b/runner.log;
 #                         default: graphs_cold eager_cold graphs_warm eager_warm
+#   run [STEP...]         the same in the foreground (one call; wrap it in `timeout` so that
+#                         `collect` still runs inside the call's limit)
 #   wait SECONDS          print progress until the runner is done or SECONDS passed
-#   collect               $OUT/summary.md, $OUT/runner.log, $OUT/res7b.tgz (logs, bench JSON)
+#   collect               $OUT/summary.md, $OUT/runner.log, $OUT/res7b.tgz (logs, bench JSON);
+#                         stops a server left running (e.g. by `timeout` around `run`)
+# MODEL7B (default /tmp/model7b) and RES7B (default /tmp/res7b) override the two paths; the
+# model directory may also be built elsewhere (it is ~2 MB) and carried.
 # A step starts `vllm serve` (max-model-len 4096, gpu-memory-utilization 0.9, bf16, dummy
 # weights; `*eager*` steps add --enforce-eager), times /health ready and the first streamed
 # completion from the launch, keeps the server log's KV-cache / compile facts, runs its
@@ -18,7 +23,7 @@
 # (VLLM_CACHE_ROOT) is empty for the first graphs step only: `graphs_warm` is a restart.
 set -uo pipefail
 MODEL=${MODEL7B:-/tmp/model7b}
-RES=/tmp/res7b
+RES=${RES7B:-/tmp/res7b}
 NAME=llama2-7b-shape
 PORT=8000
 SERVE_ARGS="--load-format dummy --dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.9"
@@ -74,7 +79,7 @@ serve() { # STEP EXTRA_ARGS...: launch, wait for /health, time the first streame
   echo "$step ready_s $ready $first | second request: $second" | tee -a $RES/startup.txt
   echo "$step gpu_memory_used $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)" | tee -a $RES/startup.txt
   grep -h -E "KV cache|concurrency|blocks|Model loading took|Loading weights took|torch.compile|Dynamo bytecode|Compil|Graph capturing|graph capturing|init engine|max_num_seqs|max_num_batched_tokens|Chunked prefill|Using .* backend|Available KV" \
-    "$log" | sed 's/^.*\] //' | head -25 | tee $RES/facts_$step.txt
+    "$log" | sed 's/^.*\] //' | head -40 | tee $RES/facts_$step.txt
 }
 
 stop_server() {
@@ -134,8 +139,11 @@ for line in open(os.path.join(res, "startup.txt")):
     words = line.split()
     if len(words) > 2 and words[1] == "ready_s":
         values = dict(zip(words[1::2], words[2::2]))
-        second = line.split("second request:")[1].split()
-        print(f"| {words[0]} | {values['ready_s']} | {values['first_token_s']} | {values['request_ttft_ms']} | {second[3]} |")
+        parts = line.split("second request:")
+        second = parts[1].split() if len(parts) > 1 else []
+        second_ttft = second[3] if len(second) > 3 else "?"
+        print(f"| {words[0]} | {values['ready_s']} | {values.get('first_token_s', '?')} | "
+              f"{values.get('request_ttft_ms', '?')} | {second_ttft} |")
 print()
 print("| load | ok | duration s | req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms |")
 print("|---|---|---|---|---|---|---|---|")
@@ -165,6 +173,11 @@ case ${1:-} in
     echo "started $* (pid $!), log $RES/runner.log"
     ;;
   _run) shift; run_steps "$@" ;;
+  run)
+    shift
+    [ $# -eq 0 ] && set -- graphs_cold eager_cold graphs_warm eager_warm
+    run_steps "$@" 2>&1 | tee -a $RES/runner.log
+    ;;
   wait)
     until_s=$(( $(date +%s) + ${2:-540} ))
     while [ "$(date +%s)" -lt $until_s ]; do
@@ -174,9 +187,10 @@ case ${1:-} in
     cat $RES/runner.log
     ;;
   collect)
+    [ -f $RES/server.pid ] && kill -TERM -- -"$(cat $RES/server.pid)" 2>/dev/null
     summary > $RES/summary.md 2>&1; cat $RES/summary.md
     cp $RES/summary.md $RES/runner.log "$OUT/"
-    tar -czf "$OUT/res7b.tgz" -C /tmp res7b && ls -la "$OUT"
+    tar -czf "$OUT/res7b.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" && ls -la "$OUT"
     ;;
   *) echo "usage: $0 model | start [STEP...] | wait SECONDS | collect"; exit 2 ;;
 esac

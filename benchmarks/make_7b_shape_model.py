@@ -106,7 +106,6 @@ class LlamaShape:
             "num_key_value_heads": self.num_key_value_heads,
             "pretraining_tp": 1,
             "rms_norm_eps": self.rms_norm_eps,
-            "rope_scaling": None,
             "rope_theta": self.rope_theta,
             "tie_word_embeddings": self.tie_word_embeddings,
             "torch_dtype": "bfloat16",
