@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import run_cli, standin_server
+from tests.integration.conftest import HEALTH_BOUNDS_OFF, run_cli, standin_server
 from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
 from vllm_slo.servers.standin.cli import read_record_log
 from vllm_slo.servers.standin.faults import MIXED_KINDS
@@ -41,7 +41,8 @@ def test_every_fault_is_a_row_with_its_status(tmp_path: Path) -> None:
                           "traffic.request_timeout=1s", "traffic.stop_timeout=5s",
                           "traffic.duration=6s", "traffic.warmup=1s",
                           "traffic.arrival={kind: closed, users: 6, spawn_rate: 6, "
-                          "think_time: 0s}", "slo={error_rate: \"< 1%\"}"], tmp_path)
+                          "think_time: 0s}", "slo={error_rate: \"< 1%\"}", *HEALTH_BOUNDS_OFF],
+                         tmp_path)
     assert result.returncode == 1, result.output  # the error-rate SLO fails; nothing else
     table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
     rows = dict(zip(table["request_id"], table["status"], strict=True))

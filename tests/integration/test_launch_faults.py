@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import REPO, cli_env, only_run_dir, run_cli
+from tests.integration.conftest import FAKE_VLLM, REPO, cli_env, only_run_dir, run_cli
 from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.servers.vllm_server import (
     PORT_ATTEMPTS,
@@ -26,11 +26,7 @@ from vllm_slo.servers.vllm_server import (
 
 pytestmark = pytest.mark.integration
 
-FAKE = [f"server.command=[{sys.executable}, {REPO / 'tests' / 'support' / 'fake_vllm.py'}]",
-        "server.model=fake-model", "server.served_model_name=fake-model",
-        "traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
-        "traffic.chat.system_prompt_tokens=20",
-        "traffic.arrival={kind: closed, users: 4, spawn_rate: 4, think_time: 0s}"]
+FAKE = [*FAKE_VLLM, "traffic.arrival={kind: closed, users: 4, spawn_rate: 4, think_time: 0s}"]
 
 
 def run_with(mode: str, tmp_path: Path, *extra: str):

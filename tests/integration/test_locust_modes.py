@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import run_cli, standin_server
+from tests.integration.conftest import HEALTH_BOUNDS_OFF, run_cli, standin_server
 from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,8 @@ def fast_standin() -> Iterator[str]:
 
 
 COMMON = ["traffic.chat.output_tokens=8", "traffic.chat.turns=1", "traffic.prefix_cache=keep",
-          "traffic.chat.system_prompt_tokens=20", "slo={error_rate: \"< 50%\"}"]
+          "traffic.chat.system_prompt_tokens=20", "slo={error_rate: \"< 50%\"}",
+          *HEALTH_BOUNDS_OFF]
 
 
 def rows(result) -> dict[str, list]:

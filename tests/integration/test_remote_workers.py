@@ -14,7 +14,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import cli_env, running_cli, standin_server
+from tests.integration.conftest import (
+    HEALTH_BOUNDS_OFF,
+    cli_env,
+    running_cli,
+    standin_server,
+)
 from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
@@ -35,7 +40,7 @@ def test_remote_workers_started_by_hand_deliver_every_row(tmp_path: Path) -> Non
                  "traffic.remote_workers=2", f"traffic.master_port={free_port()}",
                  "traffic.duration=5s", "traffic.warmup=1s",
                  "traffic.arrival={kind: closed, users: 8, spawn_rate: 8, think_time: 0s}",
-                 "slo={}"]
+                 "slo={}", *HEALTH_BOUNDS_OFF]
     with standin_server("--ttft", "0.02", "--itl", "0.005", "--record", str(record)) as url, \
             running_cli([*arguments, f"server.url={url}"], runs) as cli:
         output, command = [], [""]

@@ -1,5 +1,6 @@
-"""`vllm-slo tune` end to end on real vLLM (CPU build): the shipped tune-cpu scenario's 2 x 2
-grid (max-num-seqs 2 / 8 x prefix caching on / off), one short trial per candidate, each on a
+"""`vllm-slo tune` end to end on real vLLM (CPU build): the shipped tune-cpu scenario with its
+grid cut to max-num-seqs 2 / 8 (the scenario's 2 x 2 grid, 5 vLLM starts with the resume, cost
+CI ~4 min; the grid's expansion is unit-tested), one short trial per candidate, each on a
 fresh server. The tune is interrupted (SIGINT) while its second trial runs, then resumed from
 its folder: the finished trial is kept, the cut one runs again, and the tune ends with a
 ranking, the candidates as an experiment, and a recommended command line and config file."""
@@ -26,8 +27,9 @@ from tests.integration.conftest import (
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
-SHORT = ["tune.trials=1", "tune.search=[]", "traffic.duration=4s", "traffic.warmup=1s",
-         "traffic.chat.turns=1", "traffic.chat.output_tokens=16"]
+SHORT = ["tune.trials=1", "tune.search=[]", "tune.grid={max-num-seqs: [2, 8]}",
+         "traffic.duration=4s", "traffic.warmup=1s", "traffic.chat.turns=1",
+         "traffic.chat.output_tokens=16"]
 
 
 def second_trial_started(runs: Path) -> bool:
@@ -60,14 +62,13 @@ def test_an_interrupted_tune_says_how_to_resume(tune) -> None:
 def test_the_resumed_tune_keeps_finished_trials_and_runs_the_rest(tune) -> None:
     _, _, first_pid, resumed, run_dir = tune
     assert resumed.returncode in (0, 1, 3), resumed.output
-    assert "trial 1: c01 #1 (max-num-seqs=2 enable-prefix-caching=True): done before, kept" \
-        in resumed.output
-    assert "3 trial(s) run, 1 kept from before" in resumed.output
+    assert "trial 1: c01 #1 (max-num-seqs=2): done before, kept" in resumed.output
+    assert "1 trial(s) run, 1 kept from before" in resumed.output
     folders = sorted((run_dir / "trials").iterdir())
-    assert [f.name for f in folders] == ["001-c01-1", "002-c02-1", "003-c03-1", "004-c04-1"]
+    assert [f.name for f in folders] == ["001-c01-1", "002-c02-1"]
     pids = [json.loads((f / "provenance.json").read_text())["server_pid"] for f in folders]
     assert pids[0] == first_pid  # kept, not run again
-    assert len(set(pids)) == 4  # every trial on its own server
+    assert len(set(pids)) == 2  # every trial on its own server
     for folder in folders:
         assert "interrupted" not in json.loads((folder / "summary.json").read_text())[
             "invalid_reasons"]
@@ -80,11 +81,8 @@ def test_the_tune_ranks_and_recommends(tune) -> None:
         (REPO / "reports" / "schema" / "tune.schema.json").read_text()))
     assert document["exit_code"] == resumed.returncode
     candidates = {c["name"]: c for c in document["candidates"]}
-    assert [c["changed"] for c in candidates.values()] == [
-        {"max-num-seqs": 2, "enable-prefix-caching": True},
-        {"max-num-seqs": 2, "enable-prefix-caching": False},
-        {"max-num-seqs": 8, "enable-prefix-caching": True},
-        {"max-num-seqs": 8, "enable-prefix-caching": False}]
+    assert [c["changed"] for c in candidates.values()] == [{"max-num-seqs": 2},
+                                                           {"max-num-seqs": 8}]
     for candidate in candidates.values():  # real goodput from real trials
         # (0 is real too: on a loaded 2-core box every request of 2 sequences without prefix
         # caching once missed the 2 s TTFT; its ratio to the best is then undefined, null)
@@ -95,7 +93,7 @@ def test_the_tune_ranks_and_recommends(tune) -> None:
     # one trial each can never be significant: every other candidate is a tie with the best
     recommended = document["recommended"]
     assert recommended is not None, resumed.output
-    assert len(recommended["tied_with"]) == 3
+    assert len(recommended["tied_with"]) == 1
     # the recommendation is the top of the ranking, which orders the medians. Which candidate
     # tops it is the measurement's to say, not this test's: on 2 cores vLLM's CPU engine is
     # compute-bound, and 2 or 8 sequences serve the same load alike (measured with these
@@ -118,8 +116,8 @@ def test_the_tune_ranks_and_recommends(tune) -> None:
 def test_the_candidates_render_as_an_experiment(tune) -> None:
     _, _, _, _, run_dir = tune
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert sorted(summary["variants"]) == ["c01", "c02", "c03", "c04"]
-    assert summary["variants"]["c03"]["server_args"]["max-num-seqs"] == 8
+    assert sorted(summary["variants"]) == ["c01", "c02"]
+    assert summary["variants"]["c02"]["server_args"]["max-num-seqs"] == 8
     assert (run_dir / "report.html").is_file()
     page = (run_dir / "tune.html").read_text()
     assert 'id="ranking-table"' in page and 'href="report.html"' in page
