@@ -84,8 +84,10 @@ def command_tune(arguments: Sequence[str], resume: Path | None, runs_root: Path,
         scenario, path = load_scenario(scenario_ref, overrides)
         say(f"scenario {scenario.name} from {path}")
         outcome = run_tune(scenario, runs_root, say)
-    say("\n" + outcome.rendered.text)
-    say(f"\ntune report: {outcome.rendered.report_path}")
+    rendered = outcome.rendered
+    assert rendered is not None  # a tune always writes its report (Tuner.run)
+    say("\n" + rendered.text)
+    say(f"\ntune report: {rendered.report_path}")
     say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
     return int(outcome.exit_code)
 

@@ -200,8 +200,9 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     spec, traffic = scenario.server, scenario.traffic
     platform = platform_of(spec)
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    warnings: list[str] = []  # status["warnings"]
     status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
-                                 "interrupted": False, "aborted": None, "warnings": []}
+                                 "interrupted": False, "aborted": None, "warnings": warnings}
     provenance: dict[str, object] = {
         "suite_version": _version("vllm-slo"), "suite_git_commit": _suite_commit(),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
@@ -209,6 +210,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
         "command_line": redact_secrets(sys.argv),
     }
     model_path: str | None = None
+    server: AttachedServer | VllmServer
     if spec.url is not None:
         server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s, api_key)
         say(f"attaching to {spec.url} ...")
@@ -225,7 +227,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             assert ready is not None
             say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
                 f"vLLM {ready.version}")
-            if getattr(server, "ports_taken", None):  # launched again on a fresh port
+            if isinstance(server, VllmServer) and server.ports_taken:  # again on a fresh port
                 say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
                     f"process before vLLM bound them; it runs on port {server.plan.port}")
                 provenance["launch"] = {**redact_secrets(server.plan.to_dict()),
@@ -247,8 +249,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             if traffic.prefix_cache == "reset":
                 provenance["prefix_cache_reset"] = reset_prefix_cache(server.base_url, api_key)
                 if provenance["prefix_cache_reset"] != "reset":
-                    status["warnings"].append(
-                        f"prefix cache {provenance['prefix_cache_reset']}")
+                    warnings.append(f"prefix cache {provenance['prefix_cache_reset']}")
             split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
             provenance["core_split"] = split.to_dict()
             if split.client_cores is not None:

@@ -46,7 +46,10 @@ def groups_of(run_dir: Path) -> list[Group]:
     if not is_experiment(run_dir):
         return [Group(run_dir.name, tuple(trials))]
     variants = list(dict.fromkeys(t.variant for t in trials))
-    label = (lambda v: f"{run_dir.name}:{v}") if len(variants) > 1 else (lambda v: run_dir.name)
+
+    def label(variant: str) -> str:
+        return f"{run_dir.name}:{variant}" if len(variants) > 1 else run_dir.name
+
     return [Group(label(v), tuple(t for t in trials if t.variant == v)) for v in variants]
 
 
@@ -154,9 +157,11 @@ def report_saved_run(run_dir: Path) -> CommandResult:
         for trial_dir, _, _ in trial_folders(run_dir) if is_experiment(run_dir) else []:
             render_run(trial_dir)
         outcome = report_tune(run_dir, say=lambda text: None)
-        return CommandResult(f"{outcome.rendered.text}\n\ntune report: "
-                             f"{outcome.rendered.report_path}", outcome.exit_code,
-                             outcome.rendered.report_path)
+        rendered = outcome.rendered
+        assert rendered is not None  # a tune always writes its report (Tuner.run)
+        return CommandResult(f"{rendered.text}\n\ntune report: "
+                             f"{rendered.report_path}", outcome.exit_code,
+                             rendered.report_path)
     if is_experiment(run_dir):
         for trial_dir, _, _ in trial_folders(run_dir):
             render_run(trial_dir)

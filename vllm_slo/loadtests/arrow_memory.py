@@ -33,7 +33,8 @@ def use_system_allocator(environ: Mapping[str, str] = os.environ) -> str:
     returns the backend now in use."""
     if ENV not in environ:
         pa.set_memory_pool(pa.system_memory_pool())
-    return pa.default_memory_pool().backend_name
+    backend: str = pa.default_memory_pool().backend_name
+    return backend
 
 
 def release_unused() -> None:

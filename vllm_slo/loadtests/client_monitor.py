@@ -51,7 +51,8 @@ def lag_bucket(lag_s: float) -> int:
 def lag_bucket_upper_s(bucket: int) -> float:
     """The upper edge of a bucket (a pooled percentile is reported as its bucket's upper
     edge: never below the true value)."""
-    return LAG_BUCKET_FLOOR_S * 2.0 ** ((bucket + 1) / LAG_BUCKETS_PER_OCTAVE)
+    # float() for the type only: typeshed types float ** float as Any (it may be complex)
+    return float(LAG_BUCKET_FLOOR_S * 2.0 ** ((bucket + 1) / LAG_BUCKETS_PER_OCTAVE))
 
 
 class InFlightGauge:

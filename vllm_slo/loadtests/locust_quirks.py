@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import sys
 from types import FrameType, SimpleNamespace
+from typing import Any
 
 
 class _NoSourceInspect:
@@ -36,11 +37,13 @@ class _NoSourceInspect:
         return SimpleNamespace(filename=frame.f_code.co_filename, lineno=frame.f_lineno,
                                function=frame.f_code.co_name, code_context=None, index=None)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(inspect, name)
 
 
 def install() -> None:
     import locust.runners
 
-    locust.runners.inspect = _NoSourceInspect()
+    # through the module's namespace: a stand-in object replaces the `inspect` module Locust
+    # imported there, which an attribute assignment would (rightly) not type-check
+    vars(locust.runners)["inspect"] = _NoSourceInspect()

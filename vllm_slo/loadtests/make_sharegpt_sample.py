@@ -17,6 +17,7 @@ import math
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 from vllm_slo.resources import user_folder
 
@@ -92,7 +93,7 @@ def _length(rng: random.Random, median: float, sigma: float, low: int, high: int
     return int(min(high, max(low, round(rng.lognormvariate(math.log(median), sigma)))))
 
 
-def _conversation(rng: random.Random, number: int) -> dict:
+def _conversation(rng: random.Random, number: int) -> dict[str, Any]:
     topic = _TOPICS[rng.choice(sorted(_TOPICS))].split()
     turns = []
     if rng.random() < 0.2:
@@ -108,7 +109,7 @@ def _conversation(rng: random.Random, number: int) -> dict:
     return {"id": f"sample_{number:04d}", "conversations": turns}
 
 
-def _edge_cases(rng: random.Random) -> list[dict]:
+def _edge_cases(rng: random.Random) -> list[dict[str, Any]]:
     """Entries the default filters (prompt 4..1024, output >= 4, total <= 2048) or the reader
     drop, in known places."""
     topic = _TOPICS["code"].split()
@@ -141,7 +142,7 @@ def _edge_cases(rng: random.Random) -> list[dict]:
     ]
 
 
-def generate(seed: int = SEED, n_conversations: int = N_CONVERSATIONS) -> list[dict]:
+def generate(seed: int = SEED, n_conversations: int = N_CONVERSATIONS) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     entries = [_conversation(rng, number) for number in range(n_conversations - 9)]
     for entry in _edge_cases(rng):  # spread through the file, at seeded places
@@ -149,7 +150,7 @@ def generate(seed: int = SEED, n_conversations: int = N_CONVERSATIONS) -> list[d
     return entries
 
 
-def render(entries: list[dict]) -> str:
+def render(entries: list[dict[str, Any]]) -> str:
     lines = ",\n".join(json.dumps(entry, ensure_ascii=False) for entry in entries)
     return f"[\n{lines}\n]\n"
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from vllm_slo.servers.http_stream import HttpStreamClient, StreamedResponse
 
@@ -97,7 +98,7 @@ class OutcomeBuilder:
         self._endpoint = endpoint
         self._content_key = b'"content":"' if endpoint == "chat" else b'"text":"'
         self.chunk_times: list[float] = []
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.error_status = "ok"
@@ -160,10 +161,10 @@ class OutcomeBuilder:
                 detail = body[:500]
             header = response.headers.get("retry-after")
             wait_s = retry_after_seconds(header, time.time())
-            error = f"HTTP {response.status}: {detail}".strip()
+            message = f"HTTP {response.status}: {detail}".strip()
             if header is not None:
-                error += f" (Retry-After: {header[:40]})"
-            return RequestOutcome(send_perf_s, response.status, False, error, (), end, None,
+                message += f" (Retry-After: {header[:40]})"
+            return RequestOutcome(send_perf_s, response.status, False, message, (), end, None,
                                   None, None, "http_error", wait_s)
         if not self.chunk_times and not self.done and self.error is None and response.sse_bytes:
             return RequestOutcome(send_perf_s, 200, False,

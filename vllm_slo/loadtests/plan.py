@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from vllm_slo.loadtests.plan_fitting import (
     Candidate,
@@ -179,14 +180,14 @@ def _mix(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     generator (`{seed}:mix:{c}`), and is then that profile's conversation c: the chat turns of
     a mix are those of the chat profile alone at the same seed."""
     words = WordTexts(counter)
-    makers: dict[str, Conversations] = {}
+    makers: dict[Literal["chat", "long-doc"], Conversations] = {}  # keyed as traffic.mix
     if "chat" in traffic.mix:
         makers["chat"] = _chat_conversations(traffic.chat, seed, words)
     if "long-doc" in traffic.mix:
         makers["long-doc"] = _long_doc_conversations(traffic.long_doc, seed, counter, words,
                                                      max_model_len, tally)
     names = list(makers)
-    weights = [traffic.mix[name] for name in names]  # type: ignore[index]
+    weights = [traffic.mix[name] for name in names]
 
     def conversation(c: int) -> list[Candidate]:
         (name,) = random.Random(f"{seed}:mix:{c}").choices(names, weights)

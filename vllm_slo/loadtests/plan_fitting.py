@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
@@ -37,6 +38,17 @@ class Message:
     @property
     def content(self) -> str:
         return self.body + self.suffix
+
+
+class _TrimState(TypedDict):
+    """One job of `trim_many`: the cut positions [lo, hi] searched and their token counts."""
+
+    message: Message
+    budget: int
+    lo: int
+    lo_tokens: int
+    hi: int
+    hi_tokens: int
 
 
 @dataclass(slots=True)
@@ -86,9 +98,10 @@ def trim_many(jobs: list[tuple[Message, int]], counter: TokenCounter) -> list[Me
     if not jobs:
         return []
     bare = counter.count_many([message.suffix for message, _ in jobs])  # body cut to nothing
-    states = [{"message": message, "budget": budget, "lo": 0, "lo_tokens": floor,
-               "hi": len(message.body), "hi_tokens": message.tokens}
-              for (message, budget), floor in zip(jobs, bare, strict=True)]
+    states: list[_TrimState] = [
+        {"message": message, "budget": budget, "lo": 0, "lo_tokens": floor,
+         "hi": len(message.body), "hi_tokens": message.tokens}
+        for (message, budget), floor in zip(jobs, bare, strict=True)]
     for round_ in range(TRIM_ROUNDS):
         active = [s for s in states if s["hi"] - s["lo"] > 1 and s["lo_tokens"] < s["budget"]]
         if not active:
@@ -131,8 +144,8 @@ def fit_to_context(candidates: list[Candidate], max_model_len: int | None, polic
         return list(candidates)
     result: list[Candidate | None] = []
     jobs: list[tuple[Message, int]] = []
-    where: list[tuple[int, int]] = []
-    for position, candidate in enumerate(candidates):
+    where: list[tuple[Candidate, int]] = []
+    for candidate in candidates:
         excess = candidate.prompt_tokens + candidate.max_tokens - max_model_len
         if excess <= 0:
             result.append(candidate)
@@ -158,10 +171,10 @@ def fit_to_context(candidates: list[Candidate], max_model_len: int | None, polic
                           candidate.max_tokens)
         for i, budget in cuts:
             jobs.append((copy.messages[i], budget))
-            where.append((position, i))
+            where.append((copy, i))
         result.append(copy)
-    for (position, i), message in zip(where, trim_many(jobs, counter), strict=True):
-        result[position].messages[i] = message  # type: ignore[union-attr]
+    for (fitted, i), message in zip(where, trim_many(jobs, counter), strict=True):
+        fitted.messages[i] = message
     return result
 
 

@@ -34,12 +34,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gevent import monkey
 from gevent.event import Event
 from gevent.hub import get_hub
 
 from vllm_slo.servers.http_stream import RECV_BYTES, ResponseParser
+
+if TYPE_CHECKING:
+    import socket
 
 REPOLL_EVERY = 32  # parses of one wakeup between two polls for what arrived meanwhile
 # re-polls stop once a wakeup has queued this many reads: at saturation, chunks arrive as fast
@@ -55,7 +60,7 @@ class _Reading:
 
     __slots__ = ("error", "fd", "finished", "parser", "recv")
 
-    def __init__(self, fd: int, recv, parser: ResponseParser) -> None:
+    def __init__(self, fd: int, recv: Callable[[int], bytes], parser: ResponseParser) -> None:
         self.fd = fd
         self.recv = recv
         self.parser = parser
@@ -85,7 +90,7 @@ class ReaderPump:
         """Responses being read now."""
         return len(self._readings)
 
-    def read(self, sock, parser: ResponseParser) -> None:
+    def read(self, sock: socket.socket, parser: ResponseParser) -> None:
         """`HttpStreamClient` reader: block this greenlet until the pump has driven `parser` to
         the end of its response; raises what reading raised (OSError, ValueError, the parser's
         own), or whatever interrupted the wait (the request's watchdog, a kill) after taking

@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from vllm_slo.servers.http_stream import HttpStreamClient
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 _BATCH_CHARS = 4_000_000  # bounds the memory of one encode_batch call (encodings are large)
 
@@ -33,7 +36,7 @@ class TokenCounter(Protocol):
 class LocalTokenCounter:
     """A `tokenizer.json` through `tokenizers.Tokenizer.encode_batch` (Rust, multi-threaded)."""
 
-    def __init__(self, tokenizer: object, name: str) -> None:
+    def __init__(self, tokenizer: Tokenizer, name: str) -> None:
         tokenizer.no_truncation()  # a tokenizer.json may carry truncation/padding: counts must not
         tokenizer.no_padding()
         self._tokenizer = tokenizer

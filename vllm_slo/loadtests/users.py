@@ -22,6 +22,7 @@ import random
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import numpy as np
@@ -44,6 +45,10 @@ from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.servers.http_stream import HttpStreamClient
+
+if TYPE_CHECKING:
+    from locust.argument_parser import LocustArgumentParser
+    from locust.env import Environment
 
 FLUSH_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: doubling waits
@@ -138,7 +143,7 @@ class _Run:
             return "measure"
         return "cooldown"
 
-    def record(self, row: dict) -> None:
+    def record(self, row: dict[str, Any]) -> None:
         """Keep one request's row; rows reach disk within about a second, flushed by a
         background greenlet and, should it be starved, by the next row after the interval."""
         if self.writer is None:
@@ -198,8 +203,9 @@ class _Run:
 RUN = _Run()
 
 
-@events.init_command_line_parser.add_listener
-def _add_arguments(parser) -> None:
+# (the listeners' ignores: Locust leaves EventHook.add_listener unannotated)
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
+def _add_arguments(parser: LocustArgumentParser) -> None:
     parser.add_argument("--vllm-slo-run-dir", type=str, default="",
                         help="vllm-slo run folder (holds locust_config.json and the plan)")
     parser.add_argument("--vllm-slo-start-at", type=float, default=0.0,
@@ -219,8 +225,8 @@ def _wait_for_start_gate(start_at_unix_s: float) -> None:
     gevent.sleep(-late_s)
 
 
-@events.init.add_listener
-def _configure(environment, **_kwargs) -> None:
+@events.init.add_listener  # type: ignore[untyped-decorator]
+def _configure(environment: Environment, **_kwargs: Any) -> None:
     options = environment.parsed_options
     run_dir = getattr(options, "vllm_slo_run_dir", "") if options else ""
     if not run_dir:
@@ -241,20 +247,20 @@ def _configure(environment, **_kwargs) -> None:
     gevent.get_hub().loop.update_now()
 
 
-@events.test_start.add_listener
-def _started(environment, **_kwargs) -> None:
+@events.test_start.add_listener  # type: ignore[untyped-decorator]
+def _started(environment: Environment, **_kwargs: Any) -> None:
     if not isinstance(environment.runner, MasterRunner):
         RUN.start()
         memory_trace.start_if_asked()  # a soak's diagnostic; nothing unless asked
 
 
-@events.quitting.add_listener
-def _quitting(environment, **_kwargs) -> None:
+@events.quitting.add_listener  # type: ignore[untyped-decorator]
+def _quitting(environment: Environment, **_kwargs: Any) -> None:
     RUN.flush()  # users may still finish in-flight requests after this: keep the writer open
 
 
-@events.quit.add_listener
-def _quit(exit_code: int, **_kwargs) -> None:
+@events.quit.add_listener  # type: ignore[untyped-decorator]
+def _quit(exit_code: int, **_kwargs: Any) -> None:
     RUN.close()  # after the runner stopped every user
 
 
@@ -264,7 +270,7 @@ atexit.register(RUN.close)  # also when a process ends some other way (e.g. a wo
 class _StreamingUser(User):
     abstract = True
 
-    def __init__(self, environment) -> None:
+    def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.stopping = Event()  # set when Locust asks this user to stop: wakes its waits
 
@@ -279,7 +285,7 @@ class _StreamingUser(User):
             self._state = LOCUST_STATE_STOPPING
             self.stopping.set()
             return False
-        killed = super().stop(force)
+        killed: bool = super().stop(force)  # locust leaves its return unannotated
         if not killed:
             self.stopping.set()
         return killed
@@ -303,6 +309,7 @@ class _StreamingUser(User):
         # reader pump reads every user's responses (vllm_slo/loadtests/reader_pump.py);
         # VLLM_SLO_READER=blocking reads in each user's greenlet instead (for comparisons)
         reader = None if os.environ.get("VLLM_SLO_READER") == "blocking" else pump().read
+        assert self.host is not None  # the launcher always passes --host
         self.client = HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key,
                                        read_timeouts=False, reader=reader)
 
@@ -314,6 +321,7 @@ class _StreamingUser(User):
         """Send plan entry `position` and record its row. Open loop: latencies count from the
         scheduled `intended_perf_s`; closed loop (None): from the actual send."""
         traffic, plan = RUN.traffic, RUN.plan
+        assert traffic is not None and plan is not None  # _configure ran: this process has users
         request: PlannedRequest = plan.requests[position % len(plan.requests)]
         prompt = (list(request.messages) if traffic.endpoint == "chat"
                   else flatten_for_completions(request.messages))
@@ -327,10 +335,12 @@ class _StreamingUser(User):
 
         def record(outcome: RequestOutcome) -> None:
             intended_s = outcome.send_perf_s if intended_perf_s is None else intended_perf_s
+            start_perf_s = RUN.start_perf_s
+            assert start_perf_s is not None  # set by RUN.start() in on_start
             RUN.record(request_row(
                 request_id=request_id,
                 process_id=os.getpid(), user_id=self.user_id, request=request,
-                endpoint=traffic.endpoint, phase=RUN.phase(intended_s - RUN.start_perf_s),
+                endpoint=traffic.endpoint, phase=RUN.phase(intended_s - start_perf_s),
                 intended_perf_s=intended_s,
                 send_unix_s=RUN.wall_clock.unix_s(outcome.send_perf_s), queued=queued,
                 outcome=outcome))
@@ -374,6 +384,7 @@ class ClosedLoopUser(_StreamingUser):
         if not outcome.ok:
             self.pending = []  # a failed turn ends its conversation
         traffic = RUN.traffic
+        assert traffic is not None  # _configure ran
         if outcome.status_code:  # the server answered (an HTTP error too): go on, unless it
             self.backoff_s = 0.0  # asked for a pause (429/503 with Retry-After)
             longest_s = traffic.retry_after_max_s
@@ -397,6 +408,7 @@ class OpenLoopUser(_StreamingUser):
         if claimed is None:
             raise StopUser()
         position, offset_s = claimed
+        assert RUN.start_perf_s is not None  # set by RUN.start() in on_start
         intended_perf_s = RUN.start_perf_s + offset_s
         now = time.perf_counter()
         queued = now > intended_perf_s + LATE_CLAIM_S

@@ -61,7 +61,7 @@ def redact_secrets(value: Any) -> Any:
     - in every string, `scheme://user:pass@` and `Bearer <token>` lose their credential.
     """
     if isinstance(value, dict):
-        redacted = {}
+        redacted: dict[Any, Any] = {}
         for key, item in value.items():
             secret = (isinstance(key, str) and bool(SECRET_NAME.search(key))
                       and not _NAMES_A_VARIABLE.search(key))

@@ -307,9 +307,9 @@ def tune_text(document: dict[str, Any], rank_rows: Sequence[RankRow],
     for row in rank_rows:
         lines.append(f"{row.rank:<5}{row.name:<11}{row.objective:<16}{row.versus_best:<34}"
                      f"{row.slo:<14}{row.standing}  [{row.changed}]")
-    for row in search_rows:
-        lines.append(f"search {row.index} {row.arg}: {row.values}; stopped: {row.stop}; "
-                     f"boundary {row.boundary}")
+    for search in search_rows:
+        lines.append(f"search {search.index} {search.arg}: {search.values}; "
+                     f"stopped: {search.stop}; boundary {search.boundary}")
     pareto = document["pareto"]
     lines.append(f"Pareto front ({pareto['throughput_cell']} vs {pareto['latency_cell']}): "
                  f"{', '.join(pareto['front']) or 'none'}")

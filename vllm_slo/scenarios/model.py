@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -35,13 +36,14 @@ Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
 # what server.devices sets: GPUs on a GPU, the OpenMP threads' cores on vLLM's CPU build
 DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
+_FlagArgs = TypeVar("_FlagArgs", bound=Mapping[str, object])  # keyed by vLLM flag names
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
-def _check_flag_name(args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
+def _check_flag_name(args: _FlagArgs) -> _FlagArgs:
     for key in args:
         if key.startswith("-") or not key.replace("-", "").replace("_", "").isalnum():
             raise ValueError(
@@ -240,8 +242,9 @@ class ShareGptSpec(Frozen):
 
 
 def _worker_count(value: Any) -> int | str:
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
-                           and 1 <= value <= 256):
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256:
         return value
     raise ValueError(f"expected 'auto' or a whole number of processes from 1 to 256, "
                      f"got {value!r}")
@@ -343,7 +346,7 @@ class TrafficSpec(Frozen):
         return None
 
 
-def _latency_rules(metric: str):
+def _latency_rules(metric: str) -> AfterValidator:
     def check(texts: list[str]) -> list[str]:
         for text in texts:
             parse_latency_rule(metric, text)
@@ -352,7 +355,7 @@ def _latency_rules(metric: str):
     return AfterValidator(check)
 
 
-def _single_rule(parse):
+def _single_rule(parse: Callable[[str], object]) -> AfterValidator:
     def check(text: str | None) -> str | None:
         if text is not None:
             parse(text)
@@ -457,15 +460,15 @@ class AbortSpec(Frozen):
 
     def reason(self, finished: int, failed: int) -> str | None:
         """Why to abort after `failed` of `finished` requests failed, or None."""
-        limit = self.error_rate_fraction
-        if limit is None or finished < self.min_requests:
+        limit, rule = self.error_rate_fraction, self.error_rate
+        if limit is None or rule is None or finished < self.min_requests:
             return None
         rate = failed / finished
-        above = rate >= limit if self.error_rate.strip().startswith(">=") else rate > limit
+        above = rate >= limit if rule.strip().startswith(">=") else rate > limit
         if not above:
             return None
         return (f"error rate {rate:.0%} ({failed} of {finished} requests failed) "
-                f"{self.error_rate.strip()} (abort_on.error_rate, after >= {self.min_requests})")
+                f"{rule.strip()} (abort_on.error_rate, after >= {self.min_requests})")
 
 
 class SearchSpec(Frozen):

@@ -78,7 +78,7 @@ SAMPLE_SCHEMA = pa.schema([
 _SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name != OFFSETS_COLUMN)
 
 
-def _float32_offsets(offsets: Sequence[float] | np.ndarray) -> array:
+def _float32_offsets(offsets: Sequence[float] | np.ndarray) -> array[float]:
     """One row's offsets as a float32 array (None elements, which nothing writes, read NaN)."""
     if isinstance(offsets, np.ndarray):
         return array("f", np.ascontiguousarray(offsets, dtype=np.float32).tobytes())

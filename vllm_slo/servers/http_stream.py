@@ -151,9 +151,10 @@ class ResponseParser:
         """One read's bytes (non-empty); True once the response has ended (bytes after its end
         in the same read are ignored: requests are never pipelined)."""
         if not self._in_body:
-            data = self._head_bytes(data, arrived_at_s)
-            if data is None:
+            rest = self._head_bytes(data, arrived_at_s)
+            if rest is None:
                 return False
+            data = rest
         if data:
             decoder = self._decoder
             piece = decoder.feed(data) if decoder is not None else data

@@ -91,8 +91,9 @@ def wait_until_ready(
                 time.sleep(poll_s)
                 continue
             status, models = _get_json(client, "/v1/models")
-            ids = ([m.get("id") for m in models.get("data", [])]
-                   if status == 200 and isinstance(models, dict) else [])
+            listed = (models.get("data", [])
+                      if status == 200 and isinstance(models, dict) else [])
+            ids = [m.get("id") for m in listed]
             if not ids:
                 last_problem = f"/v1/models answered {status}: {models!r:.200}"
                 time.sleep(poll_s)
@@ -105,7 +106,7 @@ def wait_until_ready(
                 last_problem = f"probe completion failed: {problem}"
                 time.sleep(poll_s)
                 continue
-            max_len = next((m.get("max_model_len") for m in models["data"]
+            max_len = next((m.get("max_model_len") for m in listed
                             if m.get("id") == model_id), None)
             status, version = _get_json(client, "/version")
             return ReadyServer(

@@ -19,8 +19,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from vllm_slo.scenarios.errors import ServerError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 TINY_MODEL_VERSION = "tiny-llama-v2"  # bump when the recipe below changes
 SERVED_NAME = "tiny"
@@ -100,7 +104,7 @@ def _training_text(n_lines: int, seed: int) -> list[str]:
     return lines
 
 
-def train_tokenizer(seed: int = 0):
+def train_tokenizer(seed: int = 0) -> Tokenizer:
     """The tiny model's byte-level BPE tokenizer, trained locally (about 2 s), as a raw
     `tokenizers.Tokenizer`. Needs only `tokenizers` (no torch/transformers), so unit tests can
     count tokens exactly as the served model does without building the model; `build()` saves
@@ -117,12 +121,20 @@ def train_tokenizer(seed: int = 0):
     return core
 
 
-def silent_token_ids(tokenizer) -> list[int]:
+class _Decoder(Protocol):
+    """What `silent_token_ids` needs of a tokenizer (transformers' `PreTrainedTokenizerFast`)."""
+
+    def __len__(self) -> int: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+def silent_token_ids(tokenizer: _Decoder) -> list[int]:
     """Tokens that stream as no text: special tokens (skipped when decoding) and byte-level
     pieces that are not valid UTF-8 on their own (held back by incremental detokenizers). A
     random model that greedily repeats one of them answers "200 but no content tokens" every
     time for the same prompt, so the tiny model is built never to prefer them."""
-    silent = []
+    silent: list[int] = []
     for token_id in range(len(tokenizer)):
         text = tokenizer.decode([token_id], skip_special_tokens=True)
         if not text or "\ufffd" in text:

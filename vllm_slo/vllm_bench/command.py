@@ -66,10 +66,10 @@ def _assign(files: Sequence[Path], labels: Sequence[str], variants: Sequence[str
             raise ScenarioError("--label and --variant both name labels: with --variant "
                                 "NAME=FILE the NAME is the file's label")
         for text in variants:
-            name, sep, file = text.partition("=")
-            if not sep or not name or not file:
+            name, sep, file_name = text.partition("=")
+            if not sep or not name or not file_name:
                 raise ScenarioError(f"--variant {text!r}: expected NAME=FILE")
-            pairs.append((Path(file), _check_label(name, "--variant")))
+            pairs.append((Path(file_name), _check_label(name, "--variant")))
     elif not files:
         raise ScenarioError("which files? pass vllm bench result files (FILE.json ...) or "
                             "--variant NAME=FILE")

@@ -168,7 +168,7 @@ def _counts(record: BenchRecord, key: str, n: int) -> list[int | None]:
 
 
 def _gap_lists(record: BenchRecord, n: int) -> list[list[float]]:
-    out = []
+    out: list[list[float]] = []
     for index, gaps in enumerate(_entries(record, "itls", n)):
         if gaps is None:
             out.append([])

@@ -21,6 +21,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -100,7 +101,8 @@ def _queued(parsed: ParsedBench, intended: np.ndarray, send: np.ndarray, busy_s:
     released_before = np.arange(parsed.n)
     finished_before = np.searchsorted(ends, intended, side="right")
     taken = released_before - finished_before
-    return (taken >= parsed.max_concurrency) & (send - intended > 0)
+    queued: np.ndarray = (taken >= parsed.max_concurrency) & (send - intended > 0)
+    return queued
 
 
 def _failure(error: str) -> tuple[int, str]:
@@ -149,7 +151,7 @@ def build_rows(parsed: ParsedBench, anchor_unix_s: float, latency_from: str = "a
     queued = _queued(parsed, intended, send, busy)
     lag = send - intended
     errors = parsed.errors or [""] * n
-    rows = []
+    rows: list[dict[str, Any]] = []
     no_content = 0
     for i in range(n):
         output_tokens = parsed.output_lens[i]

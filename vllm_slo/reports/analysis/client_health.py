@@ -267,7 +267,8 @@ class LoopLag:
 
 
 def lag_bucket_upper_s(bucket: int) -> float:
-    return LAG_BUCKET_FLOOR_S * 2.0 ** ((bucket + 1) / LAG_BUCKETS_PER_OCTAVE)
+    # float() for the type only: typeshed types float ** float as Any (it may be complex)
+    return float(LAG_BUCKET_FLOOR_S * 2.0 ** ((bucket + 1) / LAG_BUCKETS_PER_OCTAVE))
 
 
 def pooled_loop_lag(records: Sequence[Mapping[str, Any]]) -> LoopLag | None:
@@ -395,7 +396,7 @@ class ClientHealth:
     @property
     def worst_loop_lag(self) -> WorkerHealth | None:
         lagged = [w for w in self.workers if w.loop_lag is not None]
-        return max(lagged, key=lambda w: w.loop_lag.p99_s) if lagged else None  # type: ignore
+        return max(lagged, key=_loop_lag_p99_s) if lagged else None
 
     @property
     def events_per_read(self) -> float | None:
@@ -437,6 +438,12 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
 
 
+def _loop_lag_p99_s(worker: WorkerHealth) -> float:
+    """The key that picks the worst-lagged worker, among those that recorded a loop lag."""
+    assert worker.loop_lag is not None
+    return worker.loop_lag.p99_s
+
+
 SATURATED_CPU = 0.5  # a process busy at least half of a core was slowed by its own work
 
 
@@ -471,7 +478,7 @@ def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHeal
             f"{concurrency.in_flight.mean:.2f} requests in flight; re-send gap beyond think "
             f"time p50 {_ms(concurrency.resend_gap_p50_s)}, p99 "
             f"{_ms(concurrency.resend_gap_p99_s)}); {remedy}")
-    worst = max(lagged, key=lambda w: w.loop_lag.p99_s)  # type: ignore[union-attr]
+    worst = max(lagged, key=_loop_lag_p99_s)
     assert worst.loop_lag is not None
     if worst.loop_lag.p99_s > max_loop_lag_p99_s:
         cpu = "" if worst.cpu_p50 is None else f", CPU p50 {worst.cpu_p50:.0%} of a core"

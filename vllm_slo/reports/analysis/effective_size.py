@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal, overload
 
 import numpy as np
 from scipy import fft as scipy_fft
@@ -54,10 +55,11 @@ def _autocorrelation(x: np.ndarray) -> np.ndarray | None:
     centered = x - x.mean()
     size = scipy_fft.next_fast_len(2 * n - 1, real=True)
     spectrum = scipy_fft.rfft(centered, size, workers=-1)
-    acov = scipy_fft.irfft(np.abs(spectrum) ** 2, size, workers=-1)[:n]
+    acov: np.ndarray = scipy_fft.irfft(np.abs(spectrum) ** 2, size, workers=-1)[:n]
     if not acov[0] > 1e-12 * max(float(np.dot(x, x)), 1e-300) / n:
         return None
-    return acov / acov[0]
+    rho: np.ndarray = acov / acov[0]
+    return rho
 
 
 def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarray:
@@ -95,10 +97,15 @@ def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarra
                 cross += product
             previous = spectra[row]
         previous = previous.copy() if previous is not None else None
-    return (scipy_fft.irfft(auto, size, workers=-1)[:block]
-            + scipy_fft.irfft(cross, size, workers=-1)[block:])
+    sums: np.ndarray = (scipy_fft.irfft(auto, size, workers=-1)[:block]
+                        + scipy_fft.irfft(cross, size, workers=-1)[block:])
+    return sums
 
 
+@overload
+def _geyer_tau(rho: np.ndarray, complete: Literal[True]) -> float: ...
+@overload
+def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None: ...
 def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None:
     """``-1 + 2 * sum`` of Geyer's initial monotone pair sums of the autocorrelations ``rho``
     (lag 0 first); None when ``rho`` is a prefix (``complete`` False) that the sequence has
@@ -245,7 +252,8 @@ def sparse_indicator_autocovariance(positions: np.ndarray, n: int, lags: int) ->
     lag = np.arange(lags)
     before_end = np.searchsorted(positions, n - lag, side="left")
     from_lag = m - np.searchsorted(positions, lag, side="left")
-    return counts - share * (before_end + from_lag) + (n - lag) * share * share
+    corrected: np.ndarray = counts - share * (before_end + from_lag) + (n - lag) * share * share
+    return corrected
 
 
 def _indicator_tau(x: np.ndarray, threshold: float) -> float:

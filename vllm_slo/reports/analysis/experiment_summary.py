@@ -27,7 +27,7 @@ from vllm_slo.reports.analysis.comparison import (
     format_change_interval,
     plan_trials,
 )
-from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, RunSeries
+from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
 from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
@@ -304,9 +304,14 @@ def _wider(first: Estimate, second: Estimate) -> Estimate:
 def pooled_series(trials: Sequence[Trial]) -> RunSeries:
     """All valid trials' measured requests together (for distribution plots only)."""
     valid = [t.series for t in trials if t.valid] or [t.series for t in trials]
-    pooled = {name: np.concatenate([getattr(s, f"{name}_s") for s in valid])
-              for name in (*LATENCY_METRICS, "send_lag")}
-    return dataclasses.replace(valid[0], **{f"{k}_s": v for k, v in pooled.items()})
+
+    def pooled(name: str) -> np.ndarray:
+        return np.concatenate([getattr(s, f"{name}_s") for s in valid])
+
+    # the per-request series: every latency metric (run_metrics.LATENCY_METRICS) and the send lag
+    return dataclasses.replace(valid[0], ttft_s=pooled("ttft"), itl_s=pooled("itl"),
+                               tpot_s=pooled("tpot"), e2e_s=pooled("e2e"),
+                               send_lag_s=pooled("send_lag"))
 
 
 def _provenance_value(trial: Trial, key: str) -> Any:

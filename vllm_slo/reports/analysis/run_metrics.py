@@ -72,7 +72,8 @@ class RunSeries:
     measured_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
 
     def latency(self, metric: str) -> np.ndarray:
-        return getattr(self, f"{metric}_s")
+        series: np.ndarray = getattr(self, f"{metric}_s")  # one of the latency fields above
+        return series
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,8 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
 
     def floats(name: str, mask: np.ndarray) -> np.ndarray:
         values = _column(table, name)[mask]
-        return values[~np.isnan(values)]
+        kept: np.ndarray = values[~np.isnan(values)]
+        return kept
 
     ttft = floats("ttft_s", good)
     e2e_all = _column(table, "e2e_s")

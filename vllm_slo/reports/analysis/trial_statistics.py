@@ -308,12 +308,13 @@ def compare_trials(
     n_a, n_b = xa.size, xb.size
     center_a = float(np.median(xa)) if n_a else None
     center_b = float(np.median(xb)) if n_b else None
-    values = {"values_a": tuple(float(v) for v in xa), "values_b": tuple(float(v) for v in xb)}
+    values_a, values_b = tuple(float(v) for v in xa), tuple(float(v) for v in xb)
     placeholder = Estimate(None, None, None, 1.0 - alpha, 0, 0.0, "hodges-lehmann")
     if n_a == 0 or n_b == 0:
         warnings += (f"nothing to compare ({n_a} vs {n_b} trials)",)
         return _with_intervals(Comparison(n_a, n_b, center_a, center_b, None, None, placeholder,
-                                          placeholder, False, alpha, warnings, **values))
+                                          placeholder, False, alpha, warnings,
+                                          values_a=values_a, values_b=values_b))
     p_value, note = _mann_whitney_p(xa, xb, seed)
     if note:
         warnings += (note,)
@@ -324,7 +325,7 @@ def compare_trials(
     significant = bool(below_alpha(p_value, alpha))
     return _with_intervals(Comparison(n_a, n_b, center_a, center_b, p_value, p_value,
                                       placeholder, placeholder, significant, alpha, warnings,
-                                      **values))
+                                      values_a=values_a, values_b=values_b))
 
 
 def _holm_order(p_values: Sequence[float | None]) -> tuple[list[tuple[float, int]], int]:

@@ -61,7 +61,11 @@ def search_values(search: SearchSpec, start: float) -> list[int | float]:
     value = start
     while len(values) < search.max_steps and (search.max is None or value <= search.max + 1e-9):
         values.append(round(value) if whole else round(value, 6))
-        value = value * search.factor if search.factor is not None else value + search.step
+        if search.factor is not None:
+            value = value * search.factor
+        else:
+            assert search.step is not None  # a SearchSpec sets exactly one of factor and step
+            value = value + search.step
     return values
 
 
@@ -194,9 +198,8 @@ def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05) 
     eligible = sorted((c for c in candidates if c.eligible), key=lambda c: -(c.median or 0.0))
     others = [c for c in candidates if not c.eligible]
     if not eligible:
-        entries = tuple(RankEntry(i, c.name, c.median, False, c.why_ineligible)
-                        for i, c in enumerate(others, start=1))
-        return Ranking(entries, alpha, None)
+        return Ranking(tuple(RankEntry(i, c.name, c.median, False, c.why_ineligible)
+                             for i, c in enumerate(others, start=1)), alpha, None)
     best = eligible[0]
     comparisons = with_holm([compare_trials(np.array(best.objective_values),
                                             np.array(c.objective_values), alpha)
@@ -207,7 +210,8 @@ def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05) 
                                                     start=2)]
     entries += [RankEntry(len(eligible) + i, c.name, c.median, False, c.why_ineligible)
                 for i, c in enumerate(others, start=1)]
-    tied = tuple(e.name for e in entries[1:] if e.eligible and not e.versus_best.significant)
+    tied = tuple(e.name for e in entries[1:] if e.eligible and e.versus_best is not None
+                 and not e.versus_best.significant)
     return Ranking(tuple(entries), alpha, best.name, tied)
 
 

@@ -248,7 +248,8 @@ def ecdf_points(values: np.ndarray, max_points: int = MAX_ECDF_POINTS
 
 
 def figure_json(figure: go.Figure) -> str:
-    return figure.to_json(validate=False)
+    text: str = figure.to_json(validate=False)  # plotly is untyped
+    return text
 
 
 def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,7 +241,7 @@ def provenance_rows(provenance: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _percentile_rows(values: np.ndarray, fmt, percentiles: Sequence[float]
+def _percentile_rows(values: np.ndarray, fmt: Callable[[float], str], percentiles: Sequence[float]
                      ) -> list[tuple[str, str]]:
     if values.size == 0:
         return [("requests", "0")]
@@ -331,12 +331,12 @@ def client_rows(health: ClientHealth | None) -> list[tuple[str, str]]:
     for worker in health.workers:
         cpu = ("n/a" if worker.cpu_p50 is None
                else f"CPU p50 {worker.cpu_p50:.0%}, max {worker.cpu_max:.0%} of a core")
-        lag = ("" if worker.loop_lag is None
-               else f"; loop lag p99 {_ms(worker.loop_lag.p99_s)}")
+        worker_lag = ("" if worker.loop_lag is None
+                      else f"; loop lag p99 {_ms(worker.loop_lag.p99_s)}")
         pauses = ("" if worker.gc is None else
                   f"; GC pauses {worker.gc.pauses}, longest {_ms(worker.gc.max_s)}, "
                   f"{_ms(worker.gc.total_s)} in all")
-        rows.append((f"worker {worker.process_id}", f"{cpu}{lag}{pauses}"))
+        rows.append((f"worker {worker.process_id}", f"{cpu}{worker_lag}{pauses}"))
     return rows
 
 
@@ -349,10 +349,12 @@ def crosscheck_rows(check: LatencyCrosscheck | None) -> list[tuple[str, str]]:
              + ("" if check.compared else
                 " — not the same requests (other traffic, a restart or a late scrape): "
                 "not compared"))]
-    if check.server_ttft_mean_s is not None and check.client_ttft_mean_s is not None:
+    excess = check.ttft_excess_s  # None unless both means are known
+    if (check.server_ttft_mean_s is not None and check.client_ttft_mean_s is not None
+            and excess is not None):
         rows.append(("TTFT mean (server / client)",
                      f"{_ms(check.server_ttft_mean_s)} / {_ms(check.client_ttft_mean_s)} "
-                     f"(client {check.ttft_excess_s * 1e3:+.1f} ms)"))
+                     f"(client {excess * 1e3:+.1f} ms)"))
     if check.server_itl_mean_s is not None and check.client_itl_mean_s is not None:
         rows.append(("ITL per token, mean (server / client)",
                      f"{_ms(check.server_itl_mean_s)} / {_ms(check.client_itl_mean_s)} "

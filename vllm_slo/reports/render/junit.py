@@ -86,8 +86,8 @@ def render_junit(summary: RunSummaryDocument) -> str:
     _sub(suite, "system-out", render_table(summary))
     timestamp = provenance.get("started_utc")
     for element in (root, suite):
-        for key, value in counts.items():
-            element.set(key, str(value))
+        for key, count in counts.items():
+            element.set(key, str(count))
         element.set("time", f"{summary.window_s:.3f}")
     if isinstance(timestamp, str):
         suite.set("timestamp", _clean(timestamp))

@@ -71,10 +71,10 @@ def render_markdown(summary: RunSummaryDocument) -> str:
     lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
     any_open = False
     for name, metric in summary.metrics.items():
-        shown = [metric.percentiles[k] for k in ("p50", "p95", "p99")]
-        any_open = any_open or any(is_open(e) for e in shown)
+        estimates = [metric.percentiles[k] for k in ("p50", "p95", "p99")]
+        any_open = any_open or any(is_open(e) for e in estimates)
         lines.append(_row([name, str(metric.count), format_latency(metric.mean),
-                           *(format_latency_marked(e) for e in shown)]))
+                           *(format_latency_marked(e) for e in estimates)]))
     if any_open:
         lines += ["", cell(OPEN_FOOTNOTE)]
     lines.append("")

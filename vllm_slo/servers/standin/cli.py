@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from vllm_slo.servers.standin.app import StandinApp
 from vllm_slo.servers.standin.config import HOST, RequestRecord, StandinConfig
@@ -64,11 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_record_log(path: str | Path) -> dict[str, dict]:
+def read_record_log(path: str | Path) -> dict[str, dict[str, Any]]:
     """A `--record` log read back, keyed by the client's own request id (the X-Request-Id it
     sent; the stand-in prefixes it with ``cmpl-`` / ``chatcmpl-``, as vLLM does). Requests
     sent without one are keyed by the stand-in's random id."""
-    served = {}
+    served: dict[str, dict[str, Any]] = {}
     for line in Path(path).read_text().splitlines():
         if line.strip():
             entry = json.loads(line)
