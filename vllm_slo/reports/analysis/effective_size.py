@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal, overload
 
 import numpy as np
 from scipy import fft as scipy_fft
@@ -102,10 +101,6 @@ def blocked_autocovariance(source: BlockSource, n: int, block: int) -> np.ndarra
     return sums
 
 
-@overload
-def _geyer_tau(rho: np.ndarray, complete: Literal[True]) -> float: ...
-@overload
-def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None: ...
 def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None:
     """``-1 + 2 * sum`` of Geyer's initial monotone pair sums of the autocorrelations ``rho``
     (lag 0 first); None when ``rho`` is a prefix (``complete`` False) that the sequence has
@@ -118,6 +113,13 @@ def _geyer_tau(rho: np.ndarray, complete: bool) -> float | None:
     stop = int(non_positive[0]) if non_positive.size else n_pairs
     pair_sums = np.minimum.accumulate(pair_sums[:stop])
     return max(-1.0 + 2.0 * float(pair_sums.sum()), 1.0)
+
+
+def _complete_tau(rho: np.ndarray) -> float:
+    """`_geyer_tau` of all the autocorrelations: the sequence always stops inside them."""
+    tau = _geyer_tau(rho, complete=True)
+    assert tau is not None  # complete: never None
+    return tau
 
 
 def _blocked_tau(source: BlockSource, n: int, sum_squares: float) -> float | None:
@@ -181,7 +183,7 @@ def batch_means_tau(means: np.ndarray, batch: int, variance: float) -> float:
     rho = _autocorrelation(means)
     if rho is None:  # all batch means equal: no long-run variance left
         return 1.0
-    tau_means = float(_geyer_tau(rho, complete=True))
+    tau_means = float(_complete_tau(rho))
     return max(1.0, batch * float(np.var(means)) * tau_means / variance)
 
 
@@ -224,7 +226,7 @@ def exact_series_tau(x: np.ndarray) -> float:
     calibrated against."""
     if x.size <= BLOCKED_ABOVE:
         rho = _autocorrelation(x)
-        return 1.0 if rho is None else float(_geyer_tau(rho, complete=True))
+        return 1.0 if rho is None else float(_complete_tau(rho))
     mean = x.mean()
     tau = _blocked_tau(lambda a, b: x[a:b] - mean, x.size, float(np.dot(x, x)))
     return 1.0 if tau is None else tau
