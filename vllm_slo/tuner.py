@@ -49,6 +49,7 @@ from vllm_slo.reports.tune_report import TuneResult, write_tune
 from vllm_slo.runner import Printer, RunOutcome, new_run_dir, platform_of, run_trial
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants
+from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import (
     CANDIDATES_FILE,
@@ -90,7 +91,7 @@ def latency_cell(scenario: Scenario) -> str:
     if scenario.tune is not None and scenario.tune.latency_cell:
         return scenario.tune.latency_cell
     for rule in scenario.slo.rules():
-        if rule.metric in ("ttft", "itl", "tpot", "e2e"):
+        if rule.metric in LATENCY_METRICS:
             return rule.cell
     return "e2e.p50"
 

@@ -79,8 +79,11 @@ CASES = [
          ("compare.cells.0 = 'ttft.p101'", "strictly between 0 and 100, got 'p101'")),
     Case("compare-cell-p100", BASE + "compare: {cells: [ttft.p50, itl.p100]}\n",
          ("compare.cells.1 = 'itl.p100'", "strictly between 0 and 100, got 'p100'")),
-    Case("compare-cell-unknown", BASE + "compare: {cells: [ttft.median]}\n",
-         ("compare.cells.0 = 'ttft.median'", "expected metric.statistic")),
+    Case("compare-cell-statistic", BASE + "compare: {cells: [ttft.median]}\n",
+         ("compare.cells.0 = 'ttft.median'",
+          "ttft takes pNN (0 < NN < 100) or mean, got 'median'")),
+    Case("compare-cell-unknown", BASE + "compare: {cells: [goodput.mean]}\n",
+         ("compare.cells.0 = 'goodput.mean'", "expected metric.statistic: ttft with pNN")),
     # malformed SLO expressions
     Case("slo-no-threshold", BASE + "slo: {ttft: ['p95 < ']}\n",
          ("slo.ttft = ['p95 < ']", "'<statistic> <comparator> <duration>'", "'p95 < 2s'")),

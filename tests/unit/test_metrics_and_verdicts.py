@@ -17,7 +17,7 @@ from vllm_slo.reports.analysis.verdicts import (
 )
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
-from vllm_slo.scenarios.slo import parse_error_rate_rule, parse_latency_rule, parse_rate_rule
+from vllm_slo.scenarios.slo import parse_fraction_rule, parse_latency_rule, parse_rate_rule
 
 T0 = 1_800_000_000.0
 
@@ -147,7 +147,7 @@ def test_verdicts_and_exit_codes() -> None:
     series = run_series(table(rows), window_s=400.0)
     summary = summarize(series)
     rules = [parse_latency_rule("ttft", "p50 < 1s"), parse_latency_rule("ttft", "p50 < 10ms"),
-             parse_latency_rule("itl", "p99 < 1s"), parse_error_rate_rule("< 5%"),
+             parse_latency_rule("itl", "p99 < 1s"), parse_fraction_rule("error_rate", "< 5%"),
              parse_rate_rule("request_throughput", "> 100 req/s")]
     results = evaluate_slos(rules, series, summary)
     assert [r.verdict for r in results] == [Verdict.PASS, Verdict.FAIL, Verdict.PASS,

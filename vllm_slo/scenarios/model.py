@@ -7,7 +7,6 @@ Unknown keys are rejected everywhere; `server.args` is passed verbatim to `vllm 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -21,15 +20,9 @@ from pydantic import (
     model_validator,
 )
 
+from vllm_slo.scenarios.metrics import METRICS, parse_cell, split_cell
 from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
-from vllm_slo.scenarios.slo import (
-    LATENCY_METRICS,
-    SloRule,
-    parse_abort_error_rate,
-    parse_error_rate_rule,
-    parse_latency_rule,
-    parse_rate_rule,
-)
+from vllm_slo.scenarios.slo import SloRule, parse_abort_error_rate, parse_rule
 from vllm_slo.scenarios.units import parse_duration_s
 
 Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
@@ -346,11 +339,12 @@ class TrafficSpec(Frozen):
         return None
 
 
-def _latency_rules(metric: str) -> AfterValidator:
-    def check(texts: list[str]) -> list[str]:
-        for text in texts:
-            parse_latency_rule(metric, text)
-        return texts
+def _rules_of(metric: str) -> AfterValidator:
+    """Checks an `slo:` entry of `metric` (a list of rules, or one) by its kind's grammar."""
+    def check(value: list[str] | str | None) -> list[str] | str | None:
+        for text in [value] if isinstance(value, str) else value or []:
+            parse_rule(metric, text)
+        return value
 
     return AfterValidator(check)
 
@@ -365,30 +359,25 @@ def _single_rule(parse: Callable[[str], object]) -> AfterValidator:
 
 
 class SloRules(Frozen):
-    """The rules of an `slo:` block (and of each part's under `slo.by_profile`)."""
+    """The rules of an `slo:` block (and of each part's under `slo.by_profile`): one field per
+    metric of metrics.METRICS (tests/unit/test_metric_registry.py holds them equal); a latency
+    metric takes a list of rules, a rate or a fraction one rule."""
 
-    ttft: Annotated[list[str], _latency_rules("ttft")] = Field(default_factory=list)
-    itl: Annotated[list[str], _latency_rules("itl")] = Field(default_factory=list)
-    tpot: Annotated[list[str], _latency_rules("tpot")] = Field(default_factory=list)
-    e2e: Annotated[list[str], _latency_rules("e2e")] = Field(default_factory=list)
-    error_rate: Annotated[str | None, _single_rule(parse_error_rate_rule)] = None
-    output_throughput: Annotated[
-        str | None, _single_rule(lambda t: parse_rate_rule("output_throughput", t))
-    ] = None
-    request_throughput: Annotated[
-        str | None, _single_rule(lambda t: parse_rate_rule("request_throughput", t))
-    ] = None
+    ttft: Annotated[list[str], _rules_of("ttft")] = Field(default_factory=list)
+    itl: Annotated[list[str], _rules_of("itl")] = Field(default_factory=list)
+    tpot: Annotated[list[str], _rules_of("tpot")] = Field(default_factory=list)
+    e2e: Annotated[list[str], _rules_of("e2e")] = Field(default_factory=list)
+    error_rate: Annotated[str | None, _rules_of("error_rate")] = None
+    output_throughput: Annotated[str | None, _rules_of("output_throughput")] = None
+    request_throughput: Annotated[str | None, _rules_of("request_throughput")] = None
 
     def own_rules(self, profile: str | None = None) -> tuple[SloRule, ...]:
+        """Every rule of this block, in the registry's metric order."""
         rules: list[SloRule] = []
-        for metric in LATENCY_METRICS:
-            rules.extend(parse_latency_rule(metric, text) for text in getattr(self, metric))
-        if self.error_rate is not None:
-            rules.append(parse_error_rate_rule(self.error_rate))
-        for metric in ("output_throughput", "request_throughput"):
-            text = getattr(self, metric)
-            if text is not None:
-                rules.append(parse_rate_rule(metric, text))
+        for metric in METRICS:
+            value = getattr(self, metric)
+            rules.extend(parse_rule(metric, text)
+                         for text in ([value] if isinstance(value, str) else value or []))
         return tuple(dataclasses.replace(rule, profile=profile) for rule in rules)
 
 
@@ -407,32 +396,14 @@ class SloSpec(SloRules):
 VARIANT_KEYS = ("server", "traffic", "slo", "description")
 DEFAULT_COMPARED_CELLS = ("ttft.p50", "ttft.p90", "itl.p50", "tpot.p50", "e2e.p50",
                           "output_throughput.mean")
-_CELL = re.compile(r"^((ttft|itl|tpot|e2e)\.(p\d+(\.\d+)?|mean)|"
-                   r"(output_throughput|request_throughput)\.mean|error_rate\.rate)$")
-
-
-def split_cell(cell: str) -> tuple[str | None, str]:
-    """`chat:itl.p99` (a cell of one part of a mix) -> ("chat", "itl.p99"); a whole-run cell
-    -> (None, cell)."""
-    part, separator, base = cell.rpartition(":")
-    return (part, base) if separator else (None, cell)
 
 
 def _check_cell(cell: str) -> str:
     """A whole-run cell (`itl.p99`) or one part's of a mix (`chat:itl.p99`)."""
-    part, base = split_cell(cell)
+    part = parse_cell(cell).part
     if part is not None and part not in MIX_PROFILES:
         raise ValueError(f"{part!r}: a cell's part is one of {', '.join(MIX_PROFILES)} "
                          "(e.g. chat:itl.p99, for profile: mix)")
-    match = _CELL.match(base)
-    if not match:
-        raise ValueError(
-            "expected metric.statistic: ttft|itl|tpot|e2e with pNN or mean (e.g. ttft.p50, "
-            "e2e.mean), output_throughput.mean, request_throughput.mean or error_rate.rate, "
-            "optionally for one part of a mix (chat:itl.p99)")
-    statistic = match.group(3)
-    if statistic and statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
-        raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
     return cell
 
 

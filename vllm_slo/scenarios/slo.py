@@ -15,22 +15,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.units import parse_duration_s
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 COMPARATORS = ("<", "<=", ">", ">=")
 
 _LATENCY_RULE = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s*(<=|>=|<|>)\s*(\S+(?:\s*\S+)?)\s*$")
 _ERROR_RATE_RULE = re.compile(r"^\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
-_RATE_RULE = re.compile(r"^\s*(>=|>|<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(tok/s|req/s)?\s*$")
-_RATE_UNITS = {"output_throughput": "tok/s", "request_throughput": "req/s"}
+_RATE_RULE = re.compile(r"^\s*(>=|>|<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(\S+/s)?\s*$")
 
 
 @dataclass(frozen=True, slots=True)
 class SloRule:
     """One SLO: `statistic(metric) comparator threshold`, threshold in SI units."""
 
-    metric: str  # ttft | itl | tpot | e2e | error_rate | output_throughput | request_throughput
+    metric: str  # a name in metrics.METRICS
     statistic: str  # "p95", "p99.9", "mean" for latency; "rate" for error_rate; "mean" for rates
     comparator: str  # one of COMPARATORS
     threshold: float  # seconds for latency, fraction for error_rate, per second for rates
@@ -48,10 +47,20 @@ class SloRule:
 
     @property
     def cell(self) -> str:
-        """The compared cell this rule reads (`chat:itl.p99`, `error_rate.mean`, ...)."""
-        base = "error_rate.mean" if self.metric == "error_rate" else (
-            f"{self.metric}.{self.statistic}")
+        """The compared cell this rule reads (`chat:itl.p99`, `error_rate.rate`, ...): the
+        spelling `compare.cells` accepts."""
+        base = f"{self.metric}.{self.statistic}"
         return f"{self.profile}:{base}" if self.profile else base
+
+
+def parse_rule(metric: str, text: str) -> SloRule:
+    """One rule of `metric` (a name in metrics.METRICS), by the grammar of its kind."""
+    kind = metric_named(metric).kind
+    if kind is MetricKind.LATENCY:
+        return parse_latency_rule(metric, text)
+    if kind is MetricKind.FRACTION:
+        return parse_fraction_rule(metric, text)
+    return parse_rate_rule(metric, text)
 
 
 def parse_latency_rule(metric: str, text: str) -> SloRule:
@@ -74,8 +83,9 @@ def parse_latency_rule(metric: str, text: str) -> SloRule:
     return SloRule(metric, statistic, comparator, threshold_s, text)
 
 
-def parse_error_rate_rule(text: str) -> SloRule:
-    """`< 1%` or `<= 0.01` -> SloRule on the failed-request fraction."""
+def parse_fraction_rule(metric: str, text: str) -> SloRule:
+    """`< 1%` or `<= 0.01` -> SloRule on a fraction of the requests (error_rate: those that
+    failed)."""
     match = _ERROR_RATE_RULE.match(text)
     if match is None:
         raise ValueError(f"expected '< 1%' or '<= 0.01' (comparator < or <=), got {text!r}")
@@ -83,7 +93,7 @@ def parse_error_rate_rule(text: str) -> SloRule:
     fraction = float(number) / 100.0 if percent else float(number)
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"an error rate lies between 0% and 100%, got {text!r}")
-    return SloRule("error_rate", "rate", comparator, fraction, text)
+    return SloRule(metric, "rate", comparator, fraction, text)
 
 
 _ABORT_RATE = re.compile(r"^\s*(>=|>)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
@@ -103,7 +113,7 @@ def parse_abort_error_rate(text: str) -> float:
 
 def parse_rate_rule(metric: str, text: str) -> SloRule:
     """`> 100 tok/s` (output_throughput) or `> 2 req/s` (request_throughput) -> SloRule."""
-    unit = _RATE_UNITS[metric]
+    unit = metric_named(metric).unit
     match = _RATE_RULE.match(text)
     if match is None or (match.group(3) not in (None, unit)):
         raise ValueError(f"expected '> N {unit}' (comparator one of {', '.join(COMPARATORS)}), "

@@ -22,9 +22,8 @@ from vllm_slo.reports.analysis.trial_statistics import (
     smallest_adjusted_p,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import Trial, lower_is_better, trial_cell_value
-from vllm_slo.scenarios.model import split_cell
-from vllm_slo.scenarios.units import format_duration_s
+from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
+from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +154,8 @@ MAX_LISTED_TRIALS = 12
 def format_cell_value(cell: str, value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
-    cell = split_cell(cell)[1]
-    if cell.startswith("output_throughput"):
-        return f"{value:,.1f} tok/s"
-    if cell.startswith("request_throughput"):
-        return f"{value:,.2f} req/s"
-    if cell.startswith("error_rate"):
-        return f"{value * 100:.2f}%"
-    return format_duration_s(value)
+    metric = parse_cell(cell).metric
+    return metric.format_value(value) + metric.suffix
 
 
 def format_level(confidence: float) -> str:

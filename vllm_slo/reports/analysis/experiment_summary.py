@@ -34,6 +34,7 @@ from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.slo import SloRule
 
@@ -272,10 +273,8 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
               else "mean, t interval (a value <= 0)")
     part = f"part {rule.profile!r}: " if rule.profile else ""
-    basis = (f"{part}{estimate.n} trials' "
-             f"{rule.statistic if rule.metric != 'error_rate' else 'rate'}"
-             f" ({estimate.method}: {center})")
-    if rule.metric == "error_rate":
+    basis = f"{part}{estimate.n} trials' {rule.statistic} ({estimate.method}: {center})"
+    if metric_named(rule.metric).kind is MetricKind.FRACTION:  # pooled counts too
         judged = [t.series if rule.profile is None else t.parts.get(rule.profile)
                   for t in valid]
         failed = sum(series.failed for series in judged if series is not None)
@@ -308,7 +307,7 @@ def pooled_series(trials: Sequence[Trial]) -> RunSeries:
     def pooled(name: str) -> np.ndarray:
         return np.concatenate([getattr(s, f"{name}_s") for s in valid])
 
-    # the per-request series: every latency metric (run_metrics.LATENCY_METRICS) and the send lag
+    # the per-request series: every latency metric (metrics.LATENCY_METRICS) and the send lag
     return dataclasses.replace(valid[0], ttft_s=pooled("ttft"), itl_s=pooled("itl"),
                                tpot_s=pooled("tpot"), e2e_s=pooled("e2e"),
                                send_lag_s=pooled("send_lag"))

@@ -30,16 +30,10 @@ from vllm_slo.reports.analysis.statistics import (
     percentile_estimates,
     rate_estimate,
 )
+from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
 from vllm_slo.scenarios.samples_format import ROW_ORDER
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 REPORTED_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-METRIC_TITLES = {
-    "ttft": "Time to first token",
-    "itl": "Inter-token latency",
-    "tpot": "Time per output token",
-    "e2e": "End-to-end latency",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +66,8 @@ class RunSeries:
     measured_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
 
     def latency(self, metric: str) -> np.ndarray:
-        series: np.ndarray = getattr(self, f"{metric}_s")  # one of the latency fields above
+        """A latency metric's values (its registry entry names the field above)."""
+        series: np.ndarray = getattr(self, METRICS[metric].series_field)
         return series
 
 

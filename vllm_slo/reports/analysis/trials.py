@@ -14,9 +14,8 @@ import numpy as np
 
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.summary import SloEntry
-from vllm_slo.scenarios.model import Scenario, split_cell
-
-THROUGHPUT_CELLS = ("output_throughput.mean", "request_throughput.mean")
+from vllm_slo.scenarios.metrics import MetricKind, parse_cell, split_cell
+from vllm_slo.scenarios.model import Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +64,14 @@ def trial_cell_value(trial: Trial, cell: str) -> float | None:
 def cell_value(series: RunSeries, cell: str) -> float | None:
     """One trial's statistic: the point value (the trial-to-trial spread carries the
     uncertainty), None when the trial has no data for it."""
-    metric, statistic = cell.split(".", 1)
-    if metric == "output_throughput":
-        values = series.output_tokens_per_bin
-    elif metric == "request_throughput":
-        values = series.completions_per_bin
-    elif metric == "error_rate":
+    parsed = parse_cell(cell)
+    metric = parsed.metric
+    if metric.kind is MetricKind.FRACTION:  # error_rate: the failed share of the requests
         return series.failed / series.requests if series.requests else None
-    else:
-        values = series.latency(metric)
+    values: np.ndarray = getattr(series, metric.series_field)
     if values.size == 0:
         return None
-    if statistic == "mean":
+    percentile = parsed.percentile
+    if percentile is None:
         return float(np.mean(values))
-    return float(np.quantile(values, float(statistic[1:]) / 100.0))
-
-
-def lower_is_better(cell: str) -> bool:
-    return split_cell(cell)[1] not in THROUGHPUT_CELLS
+    return float(np.quantile(values, percentile / 100.0))

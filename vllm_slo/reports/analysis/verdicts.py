@@ -24,6 +24,7 @@ from vllm_slo.reports.analysis.statistics import (
     slo_verdict,
 )
 from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.metrics import PER_REQUEST_LATENCY_METRICS, MetricKind, metric_named
 from vllm_slo.scenarios.slo import SloRule
 
 
@@ -111,12 +112,10 @@ def percentile_threshold_test(series_time_ordered: np.ndarray, percentile: float
 
 def observed_for(rule: SloRule, series: RunSeries, summary: RunSummary,
                  confidence: float = 0.95) -> Estimate:
-    if rule.metric == "error_rate":
-        return summary.error_rate
-    if rule.metric == "output_throughput":
-        return summary.output_tokens_per_s
-    if rule.metric == "request_throughput":
-        return summary.requests_per_s
+    registered = metric_named(rule.metric)
+    if registered.kind is not MetricKind.LATENCY:  # a rate or a fraction: the run's estimate
+        estimate: Estimate = getattr(summary, registered.summary_field)
+        return estimate
     metric = summary.metrics[rule.metric]
     if rule.percentile is None:
         return metric.mean
@@ -158,7 +157,7 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
             basis = "no samples"
         else:
             needs = "more" if rule.comparator[0] == "<" else "less"
-            unit = "gaps" if rule.metric == "itl" else "requests"
+            unit = f"{metric_named(rule.metric).sampled_per}s"
             basis = (f"{test.fraction_below:.1%} of {test.n} {unit} below the threshold "
                      f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
                      f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
@@ -169,8 +168,6 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
                      basis)
 
 
-GOODPUT_METRICS = ("ttft", "tpot", "e2e")  # per-request latencies (vLLM bench's goodput set)
-
 
 def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95
             ) -> tuple[Estimate, str]:
@@ -180,7 +177,7 @@ def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.9
     met = series.measured_ok.copy()
     criteria = []
     for rule in rules:
-        if rule.metric in GOODPUT_METRICS and rule.comparator in ("<", "<="):
+        if rule.metric in PER_REQUEST_LATENCY_METRICS and rule.comparator in ("<", "<="):
             values = series.measured_latency_s[rule.metric]
             with np.errstate(invalid="ignore"):
                 within = values < rule.threshold if rule.comparator == "<" else (

@@ -43,6 +43,7 @@ from vllm_slo.reports.render.text import (
     slo_name,
     verdict_counts,
 )
+from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.run_files import REPORT_FILE, TRIALS_DIR
 
 
@@ -135,13 +136,9 @@ class ExperimentView:
 
 
 def _cell_scale_and_unit(cell: str) -> tuple[float, str]:
-    if cell.startswith("output_throughput"):
-        return 1.0, "tok/s"
-    if cell.startswith("request_throughput"):
-        return 1.0, "req/s"
-    if cell.startswith("error_rate"):
-        return 1.0, ""
-    return 1e3, "ms"
+    """A figure axis for a cell: latencies in ms, the others in their own unit."""
+    metric = parse_cell(cell).metric
+    return (1e3, "ms") if metric.kind is MetricKind.LATENCY else (1.0, metric.unit)
 
 
 def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) -> str:

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
-from vllm_slo.reports.analysis.run_metrics import LATENCY_METRICS, METRIC_TITLES, RunSeries
+from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.server_metrics import ServerSeries
+from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
 
 MAX_ECDF_POINTS = 1000
 MAX_SCATTER_POINTS = 4000
@@ -254,7 +255,7 @@ def figure_json(figure: go.Figure) -> str:
 
 def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
     figure = make_subplots(rows=2, cols=2, vertical_spacing=0.14,
-                           subplot_titles=[METRIC_TITLES[m] for m in LATENCY_METRICS])
+                           subplot_titles=[METRICS[m].title for m in LATENCY_METRICS])
     for index, metric in enumerate(LATENCY_METRICS):
         row, col = divmod(index, 2)
         for number, (label, series) in enumerate(series_by_label.items()):
@@ -354,8 +355,10 @@ def throughput_figure(timelines: Mapping[str, Timeline]) -> str:
         _shade(figure, first.phases, rows=(1, 2))
         bin_s = first.bin_s
         figure.update_layout(title=f"Throughput over time ({bin_s:g} s bins, by completion time)")
-    figure.update_yaxes(title_text="tok/s", rangemode="tozero", row=1, col=1)
-    figure.update_yaxes(title_text="req/s", rangemode="tozero", row=2, col=1)
+    figure.update_yaxes(title_text=METRICS["output_throughput"].unit, rangemode="tozero",
+                        row=1, col=1)
+    figure.update_yaxes(title_text=METRICS["request_throughput"].unit, rangemode="tozero",
+                        row=2, col=1)
     figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
     figure.update_layout(**{**_LAYOUT, "height": 580, "margin": _SUBPLOT_MARGIN})
     return figure_json(figure)

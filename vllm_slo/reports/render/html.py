@@ -27,7 +27,7 @@ import yaml
 from markupsafe import Markup
 
 from vllm_slo.reports.analysis.client_health import ClientHealth
-from vllm_slo.reports.analysis.run_metrics import METRIC_TITLES, RunSeries, failure_kinds
+from vllm_slo.reports.analysis.run_metrics import RunSeries, failure_kinds
 from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
@@ -63,6 +63,7 @@ from vllm_slo.reports.render.text import (
     verdict_counts,
 )
 from vllm_slo.resources import user_folder
+from vllm_slo.scenarios.metrics import METRICS
 from vllm_slo.scenarios.units import format_duration_s
 
 TEMPLATES = user_folder("reports") / "templates"
@@ -198,7 +199,7 @@ def metric_rows(metrics: Mapping[str, MetricEntry]) -> list[MetricRow]:
     rows = []
     for name, metric in metrics.items():
         estimates = {"mean": metric.mean, **metric.percentiles}
-        rows.append(MetricRow(METRIC_TITLES.get(name, name), f"{metric.count:,}",
+        rows.append(MetricRow(METRICS[name].title, f"{metric.count:,}",
                               [latency_cell(estimates[k]) for k in SUMMARY_COLUMNS]))
     return rows
 
@@ -210,8 +211,10 @@ def totals(summary: RunSummaryDocument) -> list[tuple[str, str]]:
         ("requests", f"{requests.measured:,} ({requests.ok:,} ok, "
                      f"{requests.failed:,} failed)"),
         ("error rate", format_metric_value("error_rate", summary.error_rate)),
-        ("output throughput", format_rate(summary.output_tokens_per_s, "tok/s")),
-        ("request throughput", format_rate(summary.requests_per_s, "req/s")),
+        ("output throughput", format_rate(summary.output_tokens_per_s,
+                                          METRICS["output_throughput"].unit)),
+        ("request throughput", format_rate(summary.requests_per_s,
+                                           METRICS["request_throughput"].unit)),
         ("goodput", f"{format_rate(summary.goodput, 'req/s')} ({summary.goodput_counts})"),
         ("send lag p99", "n/a" if summary.send_lag_p99_s is None
          else format_duration_s(summary.send_lag_p99_s)),

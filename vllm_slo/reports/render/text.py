@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.reports.analysis.trial_planning import MAX_TRIALS_PER_VARIANT
 from vllm_slo.reports.analysis.verdicts import VerdictScope
+from vllm_slo.scenarios.metrics import METRICS
 from vllm_slo.scenarios.units import format_duration_s
 
 OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
@@ -59,23 +60,13 @@ def format_interval(estimate: ReportedEstimate, formatter: Formatter) -> str:
     return f"[{shown[0]}, {shown[1]}]"
 
 
-def _percent(value: float) -> str:
-    return f"{value * 100:.2f}%"
-
-
 def _per_second(value: float) -> str:
     return f"{value:,.1f}"
 
 
 def metric_formatter(metric: str) -> Formatter:
-    if metric == "error_rate":
-        return _percent
-    if metric.endswith("throughput"):
-        return _per_second
-    return format_duration_s
-
-
-_RATE_UNITS = {"output_throughput": " tok/s", "request_throughput": " req/s"}
+    """How a value of `metric` prints (without its unit suffix): its registry entry's."""
+    return METRICS[metric].format_value
 
 
 def format_rate(estimate: ReportedEstimate, unit: str) -> str:
@@ -93,8 +84,8 @@ def format_metric_value(metric: str, estimate: ReportedEstimate, decided: bool =
     if estimate.value is None:
         return "not estimable" if decided else "insufficient data"
     fmt = metric_formatter(metric)
-    unit = _RATE_UNITS.get(metric, "")
-    return f"{fmt(estimate.value)}{unit} {format_interval(estimate, fmt)}".strip()
+    suffix = METRICS[metric].suffix
+    return f"{fmt(estimate.value)}{suffix} {format_interval(estimate, fmt)}".strip()
 
 
 def format_observed(slo: SloEntry) -> str:
@@ -106,8 +97,8 @@ def format_observed(slo: SloEntry) -> str:
 def format_threshold(slo: SloEntry) -> str:
     """`< 2.00s`, `< 1.00%`, `> 100.0 tok/s`: comparator and threshold in the metric's unit."""
     rule = slo.rule
-    fmt = metric_formatter(rule.metric)
-    return f"{rule.comparator} {fmt(rule.threshold)}{_RATE_UNITS.get(rule.metric, '')}"
+    metric = METRICS[rule.metric]
+    return f"{rule.comparator} {metric.format_value(rule.threshold)}{metric.suffix}"
 
 
 def slo_name(slo: SloEntry) -> str:
