@@ -23,6 +23,7 @@ from vllm_slo.loadtests.locust_launcher import (
     worker_argv,
 )
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
+from vllm_slo.loadtests.profiles import PROFILES
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.redaction import redact_secrets
@@ -52,9 +53,6 @@ Printer = Callable[[str], None]
 # a source checkout (git) when the suite runs from one; an installed wheel has no commit
 SOURCE_CHECKOUT = Path(__file__).resolve().parent.parent
 MAX_CLOSED_LOOP_PLAN = 20_000
-# a lower bound on one request's latency, to size closed-loop plans (a long document's prefill
-# and decode take far longer than a chat turn on any hardware)
-FASTEST_REQUEST_S = {"chat": 0.05, "sharegpt": 0.05, "long-doc": 0.5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +118,7 @@ def planned_request_count(traffic: TrafficSpec) -> int:
         return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
     users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
         stage.users or 0 for stage in traffic.arrival.stages)
-    fastest_request_s = FASTEST_REQUEST_S[traffic.profile]
+    fastest_request_s = PROFILES[traffic.profile].fastest_request_s
     per_user = traffic.total_s / max(traffic.arrival.think_time_s, fastest_request_s)
     return int(min(MAX_CLOSED_LOOP_PLAN, max(64, users * per_user)))
 

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from vllm_slo.loadtests.plan import (
-    LONG_DOC_MARGIN_TOKENS,
     PlannedRequest,
     RequestPlan,
     build_plan,
@@ -20,6 +19,7 @@ from vllm_slo.loadtests.plan import (
     read_plan,
     write_plan,
 )
+from vllm_slo.loadtests.profiles.long_doc import LONG_DOC_MARGIN_TOKENS
 from vllm_slo.loadtests.prompts import (
     DOC_SEPARATOR,
     INSTRUCTIONS,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from vllm_slo.loadtests import make_sharegpt_sample
-from vllm_slo.loadtests.plan import FILTER_REASONS, build_plan, canonical_bytes
+from vllm_slo.loadtests.plan import build_plan, canonical_bytes
+from vllm_slo.loadtests.profiles.sharegpt import FILTER_REASONS
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
 from vllm_slo.scenarios.model import TrafficSpec
