@@ -47,6 +47,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.stats_simulation import ar1_standard  # noqa: E402
 from tests.support.synthetic import (  # noqa: E402
     T0_UNIX_S,
     build_big_run,
@@ -158,13 +159,6 @@ def writer_benchmark(n_rows: int = 200, n_offsets: int = 256, repeats: int = 60)
 # 2. one million requests
 
 
-def _ar1(noise: np.ndarray, rho: float) -> np.ndarray:
-    from scipy.signal import lfilter
-    out = lfilter([np.sqrt(1 - rho * rho)], [1.0, -rho], noise)
-    out[0] = noise[0]
-    return out
-
-
 def write_scale_run(run_dir: Path, n_requests: int, chunks: int, seed: int = 0,
                     batch: int = 50_000) -> int:
     """A run folder of `n_requests` rows with `chunks` content chunks each (successful
@@ -175,7 +169,7 @@ def write_scale_run(run_dir: Path, n_requests: int, chunks: int, seed: int = 0,
     total_s = warmup_s + duration_s
     intended = T0_UNIX_S + np.sort(rng.uniform(0.0, total_s, n_requests))
     intended[0] = T0_UNIX_S
-    load = _ar1(rng.standard_normal(n_requests), 0.9)
+    load = ar1_standard(np.array([0.9]), n_requests, rng)[0]
     run_dir.mkdir(parents=True, exist_ok=True)
     scenario = scenario_document("synthetic", duration_s=duration_s, warmup_s=warmup_s)
     (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario, sort_keys=False))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy.signal import lfilter
 
+from tests.support.stats_simulation import stationary_ar1
 from vllm_slo.reports.analysis import effective_size
 from vllm_slo.reports.analysis.statistics import (
     mean_estimate,
@@ -25,10 +26,7 @@ from vllm_slo.reports.analysis.statistics import (
 
 def ar1_lognormal(n: int, rho: float, seed: int) -> np.ndarray:
     """exp(0.7 z), z a stationary Gaussian AR(1) with lag-1 autocorrelation rho."""
-    rng = np.random.default_rng(seed)
-    noise = rng.standard_normal(n)
-    noise[1:] *= math.sqrt(1.0 - rho * rho)
-    return np.exp(0.7 * lfilter([1.0], [1.0, -rho], noise))
+    return np.exp(0.7 * stationary_ar1(n, rho, seed))
 
 
 def test_the_batch_length_is_the_ceiling_of_the_square_root() -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.support.stats_simulation import stationary_ar1 as ar1
 from vllm_slo.reports.analysis import effective_size, inputs, trial_planning, trial_statistics
 from vllm_slo.reports.analysis import statistics as st
 from vllm_slo.reports.analysis.effective_size import effective_sample_size, lag1_autocorrelation
@@ -37,17 +38,6 @@ from vllm_slo.reports.analysis.trial_statistics import (
     non_inferiority,
     with_holm,
 )
-
-
-def ar1(n: int, rho: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    noise = rng.standard_normal(n)
-    z = np.empty(n)
-    z[0] = noise[0]
-    scale = math.sqrt(1.0 - rho**2)
-    for t in range(1, n):
-        z[t] = rho * z[t - 1] + scale * noise[t]
-    return z
 
 
 def estimate(low: float | None, high: float | None, value: float | None = 1.0) -> Estimate:

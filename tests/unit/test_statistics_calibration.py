@@ -1,36 +1,20 @@
 """Calibration of reports.statistics on simulated autocorrelated, heavy-tailed latencies.
 
-The simulation lives in ``benchmarks/stats_calibration.py`` (which prints the numbers quoted in
-``docs/statistics.md``); these tests assert on the same functions at CI-sized counts. Every
+The simulation lives in ``tests/support/stats_simulation.py`` (``benchmarks/stats_calibration.py``
+prints the numbers quoted in ``docs/statistics.md`` from it); these tests assert on the same
+functions at CI-sized counts. Every
 simulation is seeded, so the outcomes are reproducible.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
+from tests.support import stats_simulation as calibration
 from vllm_slo.reports.analysis.statistics import percentile_estimate
 from vllm_slo.reports.analysis.trial_statistics import min_p_value_mann_whitney
 
 pytestmark = pytest.mark.slow
-
-
-def _load_calibration() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "stats_calibration.py"
-    spec = importlib.util.spec_from_file_location("stats_calibration", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-calibration = _load_calibration()
 
 
 def test_simulated_series_have_the_intended_autocorrelation() -> None:
