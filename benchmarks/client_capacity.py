@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vllm_slo.reports.analysis.client_health import time_weighted_count
+from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.servers.vllm_server import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,12 +171,6 @@ def start_standins(args: argparse.Namespace, folder: Path
     return processes, f"http://127.0.0.1:{port}", records
 
 
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 # -- the clients ----------------------------------------------------------------------------
 
 def suite_command(args: argparse.Namespace, url: str, concurrency: int, folder: Path,
@@ -222,15 +218,8 @@ def fasthttp_command(args: argparse.Namespace, url: str, concurrency: int, folde
 
 
 def fasthttp_requests(folder: Path) -> list[ClientRequest]:
-    path = folder / "fasthttp.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        out.append(ClientRequest(row["id"], row["send"], np.asarray(row["chunks"], dtype=float),
-                                 row["ok"]))
-    return out
+    return [ClientRequest(row["id"], row["send"], np.asarray(row["chunks"], dtype=float),
+                          row["ok"]) for row in read_json_lines(folder / "fasthttp.jsonl")]
 
 
 def bench_command(args: argparse.Namespace, url: str, concurrency: int, folder: Path,
@@ -269,11 +258,6 @@ def bench_requests(folder: Path) -> list[ClientRequest]:
 
 # -- analysis ---------------------------------------------------------------------------------
 
-def time_weighted_in_flight(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
-    clipped = np.clip(ends, lo, hi) - np.clip(starts, lo, hi)
-    return float(clipped.sum() / (hi - lo))
-
-
 def quantiles_ms(values: list[float] | np.ndarray) -> tuple[float, float]:
     if len(values) == 0:
         return float("nan"), float("nan")
@@ -309,9 +293,10 @@ def analyse(cell: Cell, args: argparse.Namespace, records: list[dict],
     received = sum(int(((q.chunk_s >= lo) & (q.chunk_s < hi)).sum()) for q in requests if q.ok)
     cell.received_fraction = received / ideal
     cell.emitted_fraction = emitted / ideal
-    cell.in_flight_mean = time_weighted_in_flight(
+    in_flight = time_weighted_count(
         np.array([r["receipt_s"] for r in records]),
         np.array([r["last_chunk_s"] or r["receipt_s"] for r in records]), lo, hi)
+    cell.in_flight_mean = in_flight.mean if in_flight is not None else float("nan")
     in_window = [q for q in requests if lo <= q.send_s < hi]
     cell.requests = len(in_window)
     cell.failed = sum(not q.ok for q in in_window)
@@ -432,7 +417,7 @@ def run_cell(args: argparse.Namespace, concurrency: int, client: str, out: Path,
     requests = {"suite": lambda: suite_requests(folder, clock_offset_s),
                 "fasthttp": lambda: fasthttp_requests(folder),
                 "vllm-bench": lambda: bench_requests(folder)}[client]()
-    records = [r for path in record_paths for r in read_records(path)]
+    records = [r for path in record_paths for r in read_json_lines(path)]
     analyse(cell, args, records, requests)
     if records and cell.traffic_start_s is not None:
         t0 = cell.traffic_start_s
