@@ -30,9 +30,9 @@ from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
 from vllm_slo.scenarios.run_files import (
-    LOCUST_CONFIG_FILE,
     PLAN_FILE,
     PROVENANCE_FILE,
     SCENARIO_FILE,
@@ -258,10 +258,8 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             provenance["locust_workers"] = workers
             if traffic.remote_workers:
                 provenance["locust_master"] = f"{traffic.master_bind}:{traffic.master_port}"
-            (run_dir / LOCUST_CONFIG_FILE).write_text(json.dumps({
-                "traffic": traffic.model_dump(mode="json", by_alias=True),
-                "model_id": ready.model_id, "api_key_env": spec.api_key_env,
-                "process_count": workers}))
+            LocustConfig(traffic=traffic, model_id=ready.model_id,
+                         api_key_env=spec.api_key_env, process_count=workers).write(run_dir)
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
             facts = server_facts(_launch_log(server), recorder.first_values)
             (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))

@@ -41,8 +41,9 @@ from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.loadtests.wall_clock import WallClock
+from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import TrafficSpec
-from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE, PLAN_FILE
+from vllm_slo.scenarios.run_files import PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.servers.http_stream import HttpStreamClient
 
@@ -87,14 +88,14 @@ class _Run:
 
     def configure(self, run_dir: Path, worker_index: int, runs_users: bool) -> None:
         self.run_dir = run_dir
-        config = json.loads((run_dir / LOCUST_CONFIG_FILE).read_text())
-        self.traffic = TrafficSpec.model_validate(config["traffic"])
+        config = LocustConfig.read(run_dir)
+        self.traffic = config.traffic
         if not runs_users:  # a --processes master: it only needs the traffic (load shapes)
             return
-        self.model_id = config["model_id"]
-        key_env = config.get("api_key_env")
+        self.model_id = config.model_id
+        key_env = config.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
-        self.process_count = max(1, int(config.get("process_count", 1)))
+        self.process_count = config.process_count
         self.process_index = worker_index % self.process_count
         self.plan = read_plan(run_dir / PLAN_FILE)
         by_conversation: dict[int, list[int]] = {}
