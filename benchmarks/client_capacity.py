@@ -45,7 +45,7 @@ import numpy as np
 
 from vllm_slo.reports.analysis.client_health import time_weighted_count
 from vllm_slo.reports.json_lines import read_json_lines
-from vllm_slo.servers.vllm_server import stop_process_group
+from vllm_slo.transport.processes import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS = ("suite", "fasthttp", "vllm-bench")

@@ -137,7 +137,7 @@ def run_reader(args: argparse.Namespace, streams: int, fds: list[int]) -> list[s
 
     from vllm_slo.loadtests import reader_pump
     from vllm_slo.loadtests.openai_stream import OutcomeBuilder
-    from vllm_slo.servers.http_stream import READ_COUNTERS, ResponseParser, read_blocking
+    from vllm_slo.transport.http_stream import READ_COUNTERS, ResponseParser, read_blocking
 
     mode = [args.modes[0]]
     socks = [gevent.socket.socket(fileno=fd) for fd in fds]

@@ -43,11 +43,11 @@ from vllm_slo.scenarios.run_files import (
 )
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
-from vllm_slo.servers.http_stream import HttpStreamClient
 from vllm_slo.servers.metrics_scrape import MetricsRecorder
 from vllm_slo.servers.server_facts import describe, server_facts
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
+from vllm_slo.transport.http_stream import HttpStreamClient
 
 Printer = Callable[[str], None]
 # a source checkout (git) when the suite runs from one; an installed wheel has no commit

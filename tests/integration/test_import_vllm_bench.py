@@ -21,9 +21,9 @@ import pytest
 from tests.integration.conftest import REPO, cli_env, requires_vllm, run_cli
 from vllm_slo.reports.trial_folders import collect_trials, is_experiment
 from vllm_slo.scenarios.model import ServerSpec
-from vllm_slo.servers.core_split import pin
 from vllm_slo.servers.tiny_model import ensure_tiny_model
-from vllm_slo.servers.vllm_server import launch_vllm, process_group_alive
+from vllm_slo.servers.vllm_server import launch_vllm
+from vllm_slo.transport.processes import pin, process_group_alive
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

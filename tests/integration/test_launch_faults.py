@@ -21,8 +21,8 @@ from vllm_slo.servers.vllm_server import (
     PORT_ATTEMPTS,
     VllmServer,
     plan_launch,
-    process_group_alive,
 )
+from vllm_slo.transport.processes import process_group_alive
 
 pytestmark = pytest.mark.integration
 

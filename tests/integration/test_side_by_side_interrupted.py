@@ -23,7 +23,7 @@ from tests.integration.conftest import (
     signal_and_wait,
     wait_for,
 )
-from vllm_slo.servers.vllm_server import process_group_alive
+from vllm_slo.transport.processes import process_group_alive
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from tests.integration.conftest import (
     requires_vllm,
     run_cli,
 )
-from vllm_slo.servers.vllm_server import process_group_alive
+from vllm_slo.transport.processes import process_group_alive
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 

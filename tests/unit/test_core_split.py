@@ -9,8 +9,13 @@ import pytest
 
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import ServerSpec
-from vllm_slo.servers.core_split import SPLIT_MAX_CORES, pin, plan_core_split, usable_cores
+from vllm_slo.servers.core_split import (
+    SPLIT_MAX_CORES,
+    plan_core_split,
+    usable_cores,
+)
 from vllm_slo.servers.vllm_server import plan_launch
+from vllm_slo.transport.processes import pin
 
 
 def test_a_small_host_gives_server_and_load_generator_disjoint_cores() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_slo.servers.http_stream import (
+from vllm_slo.transport.http_stream import (
     READ_COUNTERS,
     HttpStreamClient,
     ResponseParser,

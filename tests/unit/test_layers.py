@@ -1,10 +1,10 @@
 """The layout explains itself only if imports go one way (README "Layout"):
 
-    vllm_slo  ->  reports, loadtests, servers  ->  scenarios
+    vllm_slo  ->  reports, loadtests, servers  ->  scenarios, transport
 
-`loadtests` may also use `servers` (the streaming HTTP client that readiness, /metrics scraping
-and the Locust users share lives there); `servers` never imports `loadtests`; `reports` imports
-only `scenarios`; inside `reports`, `analysis` never imports `render`; every layer may use the
+`transport` (the streaming HTTP client and SSE that readiness, /metrics scraping and the
+Locust users share; process groups, CPU affinity, ports) imports nothing of the suite;
+`loadtests` and `servers` never import each other; `reports` imports only `scenarios`; inside `reports`, `analysis` never imports `render`; every layer may use the
 leaf `vllm_slo.resources` (where the user folders are). Every import of the suite's own
 modules is absolute and spelled `vllm_slo.<package>...` (one import path per module), and only
 the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the greenlets they run:
@@ -19,15 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = ("scenarios", "servers", "loadtests", "reports")
+USER_FOLDERS = ("scenarios", "servers", "loadtests", "reports")  # top-level, users edit them
+LAYERS = (*USER_FOLDERS, "transport")
 PACKAGE = REPO / "vllm_slo"  # the one package root
 LOCUSTFILES = sorted((REPO / "loadtests").glob("*.py"))  # what Locust runs, outside the package
 ALLOWED: dict[str, set[str]] = {
     "vllm_slo": {"vllm_slo", *LAYERS},
     "reports": {"reports", "scenarios"},
-    "loadtests": {"loadtests", "servers", "scenarios"},
-    "servers": {"servers", "scenarios"},
+    "loadtests": {"loadtests", "transport", "scenarios"},
+    "servers": {"servers", "transport", "scenarios"},
     "scenarios": {"scenarios"},
+    "transport": {"transport"},
 }
 # leaf modules any layer may import: they import nothing of the suite (checked below)
 LEAVES = ("vllm_slo.resources",)
@@ -114,8 +116,11 @@ def test_the_check_catches_an_uphill_import() -> None:
     fake = [Import(PACKAGE / "scenarios" / "model.py", 1, "vllm_slo.runner", 0),
             Import(PACKAGE / "servers" / "readiness.py", 2, "vllm_slo.loadtests.plan", 0),
             Import(PACKAGE / "reports" / "samples.py", 3, "vllm_slo.servers.host", 0),
-            Import(PACKAGE / "loadtests" / "plan.py", 4, "vllm_slo.scenarios.model", 0)]
-    assert len(uphill_imports(fake)) == 3
+            Import(PACKAGE / "loadtests" / "plan.py", 4, "vllm_slo.scenarios.model", 0),
+            Import(PACKAGE / "loadtests" / "tokens.py", 5, "vllm_slo.servers.readiness", 0),
+            Import(PACKAGE / "transport" / "sse.py", 6, "vllm_slo.scenarios.model", 0),
+            Import(PACKAGE / "servers" / "readiness.py", 7, "vllm_slo.transport.http_stream", 0)]
+    assert len(uphill_imports(fake)) == 5
 
 
 def test_one_import_path_per_module() -> None:
@@ -176,8 +181,9 @@ def test_every_source_folder_is_a_listed_package_under_the_one_root() -> None:
         name = ".".join(("vllm_slo", *folder.relative_to(PACKAGE).parts))
         assert name in listed, f"{folder.relative_to(REPO)} is not listed as {name}"
         assert (folder / "__init__.py").is_file(), f"{folder} has no __init__.py"
-    assert project["package-dir"] == {f"vllm_slo._data.{layer}": layer for layer in LAYERS}
-    for layer in LAYERS:  # the user folders hold data and locustfiles, never library modules
+    assert project["package-dir"] == {f"vllm_slo._data.{layer}": layer
+                                      for layer in USER_FOLDERS}
+    for layer in USER_FOLDERS:  # the user folders hold data and locustfiles, never modules
         modules = [p.name for p in (REPO / layer).rglob("*.py")]
         assert modules == [] or (layer == "loadtests" and set(modules) == {
             "locustfile.py", "locustfile_stages.py"}), (layer, modules)

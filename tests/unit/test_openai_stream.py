@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from vllm_slo.loadtests.openai_stream import interpret, request_body, retry_after_seconds
-from vllm_slo.servers.http_stream import StreamedResponse
+from vllm_slo.transport.http_stream import StreamedResponse
 
 
 def chat_chunk(content: str | None = None, role: str | None = None,

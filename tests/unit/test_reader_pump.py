@@ -13,7 +13,7 @@ import gevent.socket
 import pytest
 
 from vllm_slo.loadtests.reader_pump import pump
-from vllm_slo.servers.http_stream import (
+from vllm_slo.transport.http_stream import (
     HttpStreamClient,
     ResponseParser,
     _NothingReceived,

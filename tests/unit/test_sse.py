@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_slo.servers.http_stream import _ChunkedDecoder
-from vllm_slo.servers.sse import SSEDecoder
+from vllm_slo.transport.http_stream import _ChunkedDecoder
+from vllm_slo.transport.sse import SSEDecoder
 
 DATA = Path(__file__).parent / "data"
 

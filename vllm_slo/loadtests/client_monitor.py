@@ -34,7 +34,7 @@ from collections.abc import Callable
 import gevent
 import numpy as np
 
-from vllm_slo.servers.http_stream import READ_COUNTERS, ReadCounters
+from vllm_slo.transport.http_stream import READ_COUNTERS, ReadCounters
 
 LAG_INTERVAL_S = 0.010  # the lag timer's sleep: ~100 samples a second, ~1% of a core (5 ms: 2%)
 LAG_BUCKETS_PER_OCTAVE = 4

@@ -21,9 +21,7 @@ from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.resources import user_folder
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import LOCUST_LOG_FILE
-from vllm_slo.servers.core_split import pin
-from vllm_slo.servers.host import free_loopback_port
-from vllm_slo.servers.vllm_server import stop_process_group
+from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
 
 # absolute paths of the installed locustfiles: nothing depends on the working directory
 LOCUSTFILE = user_folder("loadtests") / "locustfile.py"

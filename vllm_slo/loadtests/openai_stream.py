@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from vllm_slo.servers.http_stream import HttpStreamClient, StreamedResponse
+from vllm_slo.transport.http_stream import HttpStreamClient, StreamedResponse
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 

@@ -41,7 +41,7 @@ from gevent import monkey
 from gevent.event import Event
 from gevent.hub import get_hub
 
-from vllm_slo.servers.http_stream import RECV_BYTES, ResponseParser
+from vllm_slo.transport.http_stream import RECV_BYTES, ResponseParser
 
 if TYPE_CHECKING:
     import socket

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from vllm_slo.servers.http_stream import HttpStreamClient
+from vllm_slo.transport.http_stream import HttpStreamClient
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -45,7 +45,7 @@ from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.run_files import PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
-from vllm_slo.servers.http_stream import HttpStreamClient
+from vllm_slo.transport.http_stream import HttpStreamClient
 
 if TYPE_CHECKING:
     from locust.argument_parser import LocustArgumentParser

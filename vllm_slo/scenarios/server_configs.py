@@ -15,7 +15,7 @@ import yaml
 
 from vllm_slo.resources import user_folder
 
-# the package's servers/configs folder: <repo>/servers/configs, or vllm_slo/servers/configs
+# the named vLLM configs: <repo>/servers/NAME.yaml in a checkout, the wheel's vllm_slo/_data/servers
 CONFIG_DIR = user_folder("servers")
 RESERVED_KEYS = ("host", "port", "served-model-name", "model")  # the suite sets these
 

@@ -12,7 +12,6 @@ Pure planning here; the launchers apply it with `os.sched_setaffinity`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
@@ -79,11 +78,3 @@ def usable_cores() -> tuple[int, ...]:
         return tuple(sorted(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
         return tuple(range(os.cpu_count() or 1))
-
-
-def pin(pid: int, cores: tuple[int, ...] | None) -> None:
-    """Confine a just-started process (and the children it starts later) to `cores`."""
-    if cores is None:
-        return
-    with contextlib.suppress(AttributeError, ProcessLookupError):
-        os.sched_setaffinity(pid, cores)

@@ -62,9 +62,3 @@ def host_facts() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "gpus": gpu_names(),
     }
-
-
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_slo.servers.http_stream import HttpStreamClient
+from vllm_slo.transport.http_stream import HttpStreamClient
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:

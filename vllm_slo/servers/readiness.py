@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_slo.scenarios.errors import ServerError
-from vllm_slo.servers.http_stream import HttpStreamClient
+from vllm_slo.transport.http_stream import HttpStreamClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,10 @@ size, eager mode); they are recorded in the launch plan so reports show exactly 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -26,14 +24,13 @@ from vllm_slo.scenarios.server_configs import engine_args_to_argv
 from vllm_slo.servers.core_split import (
     NO_SPLIT,
     CoreSplit,
-    pin,
     plan_core_split,
     usable_cores,
 )
-from vllm_slo.servers.host import free_loopback_port
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_start_failure
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
+from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
 
 VLLM_CLI_MODULE = "vllm_slo.servers.vllm_cli"  # vLLM's own CLI, with the CPU wheel's fix
 CPU_BLOCK_MULTIPLE = 32
@@ -165,37 +162,6 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
     return LaunchPlan(argv=tuple(argv), env_overrides=env,
                       engine_args=args, platform_defaults=applied, served_model_name=served,
                       model=spec.model, port=port, platform=platform, core_split=split)
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_process_group(process: subprocess.Popen[Any], grace_s: float = 20.0) -> None:
-    """SIGTERM the whole group (API server, EngineCore, workers), SIGKILL after the grace."""
-    pgid = process.pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        process.poll()
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and process_group_alive(pgid):
-        process.poll()
-        time.sleep(0.1)
-    if process_group_alive(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        while process_group_alive(pgid):
-            process.poll()
-            time.sleep(0.05)
-    process.wait()
 
 
 class VllmServer:

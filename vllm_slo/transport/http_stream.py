@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from vllm_slo.servers.sse import SSEDecoder
+from vllm_slo.transport.sse import SSEDecoder
 
 RECV_BYTES = 65536
 _MAX_HEAD_BYTES = 1 << 16
