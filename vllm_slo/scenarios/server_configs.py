@@ -15,7 +15,7 @@ import yaml
 
 from vllm_slo.resources import user_folder
 
-# the named vLLM configs: <repo>/servers/NAME.yaml in a checkout, the wheel's vllm_slo/_data/servers
+# the named vLLM configs: <repo>/servers/NAME.yaml, installed vllm_slo/_data/servers
 CONFIG_DIR = user_folder("servers")
 RESERVED_KEYS = ("host", "port", "served-model-name", "model")  # the suite sets these
 
