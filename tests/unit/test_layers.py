@@ -4,8 +4,9 @@
 
 `transport` (the streaming HTTP client and SSE that readiness, /metrics scraping and the
 Locust users share; process groups, CPU affinity, ports) imports nothing of the suite;
-`loadtests` and `servers` never import each other; `reports` imports only `scenarios`; inside `reports`, `analysis` never imports `render`; every layer may use the
-leaf `vllm_slo.resources` (where the user folders are). Every import of the suite's own
+`loadtests` and `servers` never import each other; `reports` imports only `scenarios`; inside
+`reports`, `analysis` never imports `render`; every layer may use the leaf
+`vllm_slo.resources` (where the user folders are). Every import of the suite's own
 modules is absolute and spelled `vllm_slo.<package>...` (one import path per module), and only
 the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the greenlets they run:
 the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and locust_quirks.py,
