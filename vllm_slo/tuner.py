@@ -31,6 +31,7 @@ from vllm_slo.experiment_runner import trial_folder_name, trial_order
 from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
 from vllm_slo.reports.analysis.server_metrics import run_preemptions
+from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
     SearchFinding,
@@ -45,7 +46,7 @@ from vllm_slo.reports.analysis.tuning import (
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
 from vllm_slo.reports.trial_folders import load_trial
-from vllm_slo.reports.tune_report import TuneResult, write_tune
+from vllm_slo.reports.tune_report import write_tune
 from vllm_slo.runner import Printer, RunOutcome, new_run_dir, platform_of, run_trial
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants

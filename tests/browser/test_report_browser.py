@@ -299,8 +299,9 @@ def test_tune_report_renders_in_chromium(browser) -> None:
     """tune.html from made-up candidate results: the Pareto plot drawn, one ranking row per
     candidate, the recommended command shown, and untrusted text (a scenario description, a
     server's start-failure log) shown as text, never run."""
+    from vllm_slo.reports.analysis.tune_summary import TuneResult
     from vllm_slo.reports.analysis.tuning import CandidateResult
-    from vllm_slo.reports.tune_report import TuneResult, write_tune
+    from vllm_slo.reports.tune_report import write_tune
     from vllm_slo.scenarios.model import Scenario
 
     def candidate(name: str, seqs: int, goodput: tuple[float, ...], *,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
     grid_candidates,
@@ -20,7 +21,7 @@ from vllm_slo.reports.analysis.tuning import (
     search_values,
     stop_reason,
 )
-from vllm_slo.reports.tune_report import TuneResult, build_tune, write_tune
+from vllm_slo.reports.tune_report import build_tune, write_tune
 from vllm_slo.scenarios.model import Scenario, SearchSpec
 
 

@@ -31,7 +31,13 @@ from vllm_slo.reports.analysis.experiment_summary import (
 )
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.redaction import redact_secrets, redact_text
-from vllm_slo.reports.render.figures import colour, figure_json, latency_ecdf_figure, plot_text
+from vllm_slo.reports.render.figures import (
+    cell_axis,
+    colour,
+    figure_json,
+    latency_ecdf_figure,
+    plot_text,
+)
 from vllm_slo.reports.render.html import FigureView, render_template
 from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import (
@@ -43,7 +49,6 @@ from vllm_slo.reports.render.text import (
     slo_name,
     verdict_counts,
 )
-from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.run_files import REPORT_FILE, TRIALS_DIR
 
 
@@ -135,12 +140,6 @@ class ExperimentView:
     plotly_js: str
 
 
-def _cell_scale_and_unit(cell: str) -> tuple[float, str]:
-    """A figure axis for a cell: latencies in ms, the others in their own unit."""
-    metric = parse_cell(cell).metric
-    return (1e3, "ms") if metric.kind is MetricKind.LATENCY else (1.0, metric.unit)
-
-
 def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) -> str:
     """Per-trial values of each compared cell (valid trials), with the trial-level estimate
     (geometric mean, t interval on logs) and its 95% CI, one colour per variant."""
@@ -150,7 +149,7 @@ def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) ->
                            subplot_titles=[plot_text(c) for c in cells])
     for index, cell in enumerate(cells):
         row, col = divmod(index, columns)
-        scale, unit = _cell_scale_and_unit(cell)
+        scale, unit = cell_axis(cell)
         for number, variant in enumerate(variants):
             label = plot_text(variant.label)
             values = [v * scale for v in variant.values(cell)]

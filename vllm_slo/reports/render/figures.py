@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from plotly.subplots import make_subplots
 
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.server_metrics import ServerSeries
-from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
+from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS, MetricKind, parse_cell
 
 MAX_ECDF_POINTS = 1000
 MAX_SCATTER_POINTS = 4000
@@ -472,4 +472,37 @@ def health_figure(health_by_label: Mapping[str, Health]) -> str:
     figure.update_yaxes(title_text="requests", row=1, col=2)
     figure.update_layout(title="Measurement health", barmode="overlay",
                          **{**_LAYOUT, "height": 420, "margin": _SUBPLOT_MARGIN})
+    return figure_json(figure)
+
+
+def cell_axis(cell: str) -> tuple[float, str]:
+    """A figure axis for a cell: the factor its values are multiplied by and the unit shown
+    (latencies in ms, the others in their own unit)."""
+    metric = parse_cell(cell).metric
+    return (1e3, "ms") if metric.kind is MetricKind.LATENCY else (1.0, metric.unit)
+
+
+def _axis_title(cell: str, unit: str) -> str:
+    return f"{cell}{f' ({unit})' if unit else ''}, median over trials"
+
+
+def pareto_figure(points: Mapping[str, tuple[float, float]], front: Sequence[str],
+                  latency_cell: str, throughput_cell: str) -> str:
+    """Each started candidate's median throughput (x) against its median latency (y); the
+    front as a line through its points. `points`: candidate -> (throughput, latency)."""
+    shown = {name: xy for name, xy in points.items() if all(map(math.isfinite, xy))}
+    x_scale, x_unit = cell_axis(throughput_cell)
+    y_scale, y_unit = cell_axis(latency_cell)
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(
+        x=[x * x_scale for x, _ in shown.values()], y=[y * y_scale for _, y in shown.values()],
+        mode="markers+text", text=[plot_text(name) for name in shown],
+        textposition="top center", name="candidates", marker={"size": 10, "color": "#8a8f98"}))
+    on_front = [shown[name] for name in front if name in shown]
+    figure.add_trace(go.Scatter(
+        x=[x * x_scale for x, _ in on_front], y=[y * y_scale for _, y in on_front],
+        mode="lines+markers", name="Pareto front", marker={"size": 12, "color": colour(0)},
+        line={"color": colour(0)}))
+    figure.update_layout(**_LAYOUT, xaxis_title=_axis_title(throughput_cell, x_unit),
+                         yaxis_title=_axis_title(latency_cell, y_unit))
     return figure_json(figure)

@@ -1,0 +1,182 @@
+"""A tune's summary from its results (pure): the ranking, the Pareto front, the exit code, the
+warnings and the recommendation, and tune.json's content (schema
+reports/schema/tune.schema.json). The decisions themselves are `tuning.py`'s; rendering is
+`render/tune_html.py` and `render/tune_text.py`; `reports/tune_report.py` writes the files."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_slo.reports.analysis.comparison import format_change_interval
+from vllm_slo.reports.analysis.tuning import (
+    CandidateResult,
+    RankEntry,
+    Ranking,
+    SearchFinding,
+    median_or_nan,
+    pareto_front,
+    rank_candidates,
+)
+from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.run_files import RECOMMENDED_CONFIG_FILE
+from vllm_slo.scenarios.server_configs import engine_args_to_argv
+
+TUNE_SCHEMA_VERSION = 1
+OBJECTIVE_CELLS = {  # how each objective's numbers are formatted
+    "goodput": "request_throughput.mean",
+    "output_throughput": "output_throughput.mean",
+    "request_throughput": "request_throughput.mean",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TuneResult:
+    scenario: Scenario  # as given, tune section included
+    run_id: str
+    trials_per_candidate: int
+    candidates: Sequence[CandidateResult]  # in the order they were first needed
+    searches: Sequence[SearchFinding]
+    latency_cell: str  # the Pareto front's latency axis
+    throughput_cell: str
+    interrupted: bool
+    model: str  # the model argument of `vllm serve` in the recommended command
+
+
+def args_text(args: dict[str, Any]) -> str:
+    return " ".join(f"{flag}={value}" for flag, value in args.items()) or "as given"
+
+
+def recommended_command(model: str, args: dict[str, Any]) -> str:
+    return shlex.join(["vllm", "serve", model, *engine_args_to_argv(dict(args))])
+
+
+def tune_exit_code(ranking: Ranking, candidates: Sequence[CandidateResult],
+                   interrupted: bool) -> ExitCode:
+    """4 when interrupted or nothing valid ran; with a recommendation its SLO verdict (PASS,
+    or no SLO: 0; INCONCLUSIVE: 3); 1 when every candidate that ran failed an SLO."""
+    if interrupted:
+        return ExitCode.INVALID_MEASUREMENT
+    if ranking.best is not None:
+        best = next(c for c in candidates if c.name == ranking.best)
+        return ExitCode.INCONCLUSIVE if best.slo_verdict == "INCONCLUSIVE" else ExitCode.PASS
+    if any(c.slo_verdict == "FAIL" for c in candidates):
+        return ExitCode.SLO_FAILED
+    return ExitCode.INVALID_MEASUREMENT
+
+
+def ratio_json(entry: RankEntry) -> dict[str, Any] | None:
+    if entry.versus_best is None:
+        return None
+    ratio = entry.versus_best.ratio
+    return {"value": ratio.value, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high,
+            "confidence": entry.versus_best.interval_confidence,
+            "p_adjusted": entry.versus_best.p_adjusted,
+            "significant": entry.versus_best.significant,
+            "testable": entry.versus_best.testable}
+
+
+def versus_text(cell: str, entry: RankEntry) -> str:
+    if entry.versus_best is None:
+        return "" if entry.eligible else "n/a"
+    comparison = entry.versus_best
+    p = "" if comparison.p_adjusted is None else f", p={comparison.p_adjusted:.2g}"
+    return f"{format_change_interval(cell, comparison)}{p}"
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class TuneSummary:
+    """What a tune decided, from its results."""
+
+    result: TuneResult
+    ranking: Ranking
+    points: dict[str, tuple[float, float]]  # started candidates: (throughput, latency) medians
+    front: list[str]  # the Pareto front's candidates
+    exit_code: ExitCode
+    warnings: list[str]
+    best: CandidateResult | None  # the recommended candidate
+    command: str  # the recommended `vllm serve` command line ("" without one)
+    note: str  # how the recommendation stands against the others
+
+    @property
+    def objective_cell(self) -> str:
+        spec = self.result.scenario.tune
+        assert spec is not None
+        return OBJECTIVE_CELLS[spec.objective]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """tune.json's content (secrets redacted)."""
+        result, ranking, best = self.result, self.ranking, self.best
+        spec = result.scenario.tune
+        assert spec is not None
+        document: dict[str, Any] = {
+            "schema_version": TUNE_SCHEMA_VERSION, "kind": "tune", "run_id": result.run_id,
+            "objective": spec.objective, "alpha": result.scenario.compare.alpha,
+            "trials_per_candidate": result.trials_per_candidate,
+            "interrupted": result.interrupted,
+            "candidates": [{
+                "name": c.name, "origin": c.origin, "changed": dict(c.changed),
+                "args": dict(c.args), "objective_values": list(c.objective_values),
+                "median": c.median, "start_failures": list(c.start_failures),
+                "invalid_trials": c.invalid_trials, "slo_verdict": c.slo_verdict,
+                "preemptions": c.preemptions, "throughput_values": list(c.throughput_values),
+                "latency_values": list(c.latency_values)} for c in result.candidates],
+            "ranking": [{"rank": e.rank, "name": e.name, "median": e.median,
+                         "eligible": e.eligible, "why_ineligible": e.why_ineligible,
+                         "standing": e.standing, "ratio_to_best": ratio_json(e)}
+                        for e in ranking.entries],
+            "pareto": {"latency_cell": result.latency_cell,
+                       "throughput_cell": result.throughput_cell, "front": self.front},
+            "searches": [{"index": s.index, "arg": s.arg, "values": list(s.values),
+                          "candidates": list(s.candidates), "stop": s.stop,
+                          "boundary": s.boundary, "boundary_candidate": s.boundary_candidate}
+                         for s in result.searches],
+            "recommended": None if best is None else {
+                "candidate": best.name, "changed": dict(best.changed), "args": dict(best.args),
+                "command": self.command, "config_file": RECOMMENDED_CONFIG_FILE,
+                "tied_with": list(ranking.tied_with_best), "note": self.note},
+            "exit_code": int(self.exit_code), "warnings": list(self.warnings),
+        }
+        redacted: dict[str, Any] = redact_secrets(document)
+        return redacted
+
+
+def build_tune_summary(result: TuneResult) -> TuneSummary:
+    spec = result.scenario.tune
+    assert spec is not None
+    alpha = result.scenario.compare.alpha
+    candidates = list(result.candidates)
+    by_name = {c.name: c for c in candidates}
+    ranking = rank_candidates(candidates, alpha)
+    points = {c.name: (median_or_nan(c.throughput_values), median_or_nan(c.latency_values))
+              for c in candidates if c.started}
+    front = pareto_front(points)
+    exit_code = tune_exit_code(ranking, candidates, result.interrupted)
+    warnings = []
+    if result.interrupted:
+        warnings.append("the tune was interrupted: the ranking covers the trials that finished")
+    if spec.search:
+        warnings.append("search steps run one after another (each step's trials back to back), "
+                        "so drift over time is not balanced between steps as it is between "
+                        "grid candidates")
+    if any(e.versus_best is not None and not e.versus_best.testable for e in ranking.entries):
+        warnings.append(f"{result.trials_per_candidate} trial(s) per candidate can never show a "
+                        f"significant difference at alpha {alpha:g} after Holm: the ranking "
+                        "orders medians only (raise tune.trials)")
+    best = by_name.get(ranking.best) if ranking.best else None
+    command = recommended_command(result.model, dict(best.args)) if best else ""
+    note = ""
+    if best is not None:
+        note = (f"not significantly better than {', '.join(ranking.tied_with_best)} "
+                f"(alpha {alpha:g}, Holm): on this evidence they are as good"
+                if ranking.tied_with_best else
+                "significantly better than every other eligible candidate" if
+                len([e for e in ranking.entries if e.eligible]) > 1 else
+                "the only eligible candidate")
+    return TuneSummary(result, ranking, points, front, exit_code, warnings, best, command, note)
