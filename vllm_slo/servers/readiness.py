@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from vllm_slo.scenarios.errors import ServerError
 from vllm_slo.transport.http_stream import HttpStreamClient
 
+# /health, /v1/models and /version answer at once on a live vLLM (and refuse the connection
+# before it listens); a listener that accepts and never answers (another process that won the
+# race for the port) is given up after this, so a dead launch is noticed in seconds, not 30 s
+METADATA_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 30.0  # the probe completion: a cold server's first request may take long
+
 
 @dataclass(frozen=True, slots=True)
 class ReadyServer:
@@ -77,7 +83,8 @@ def wait_until_ready(
     `server_failure()` returns a reason when a launched server died (checked every poll)."""
     started = time.monotonic()
     deadline = started + timeout_s
-    client = HttpStreamClient(base_url, timeout_s=30.0, api_key=api_key)
+    client = HttpStreamClient(base_url, timeout_s=METADATA_TIMEOUT_S, api_key=api_key)
+    prober = HttpStreamClient(base_url, timeout_s=PROBE_TIMEOUT_S, api_key=api_key)
     last_problem = "no answer yet"
     try:
         while time.monotonic() < deadline:
@@ -101,7 +108,7 @@ def wait_until_ready(
             if model_name is not None and model_name not in ids:
                 raise ServerError(f"{base_url} serves {ids}, not the model {model_name!r}")
             model_id = model_name or ids[0]
-            problem = probe_completion(client, model_id)
+            problem = probe_completion(prober, model_id)
             if problem is not None:
                 last_problem = f"probe completion failed: {problem}"
                 time.sleep(poll_s)
@@ -116,4 +123,5 @@ def wait_until_ready(
                 ready_after_s=time.monotonic() - started)
     finally:
         client.close()
+        prober.close()
     raise ServerError(f"{base_url} not ready after {timeout_s:.0f}s: {last_problem}")

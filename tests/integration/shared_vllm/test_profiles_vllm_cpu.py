@@ -4,7 +4,6 @@ model's own tokenizer, here through vLLM's /tokenize), and the same seed sends t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,22 +11,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import requires_vllm, run_cli
-from vllm_slo.scenarios.model import ServerSpec
-from vllm_slo.servers.vllm_server import launch_vllm
+from tests.integration.shared_vllm.conftest import MAX_MODEL_LEN
+from vllm_slo.servers.vllm_server import VllmServer
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
-MAX_MODEL_LEN = 4096
 TEMPLATE_SLACK_TOKENS = 16  # chat template tokens per message (role tags, bos/eos)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    spec = ServerSpec(args={"max-model-len": MAX_MODEL_LEN, "max-num-batched-tokens": 2048,
-                            "block-size": 128})
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with launch_vllm(spec, "cpu", log, {"VLLM_SERVER_DEV_MODE": "1"}) as vllm:
-        yield vllm.base_url
+def server(shared_vllm: VllmServer) -> str:
+    return shared_vllm.base_url
 
 
 def attach(server: str, scenario: str, tmp_path: Path, *extra: str):

@@ -1,5 +1,6 @@
 """`vllm-slo import vllm-bench` end to end: vLLM's own `vllm bench serve` (the CPU build's)
-against one real vLLM CPU server with the tiny model, twice (two trials; closed loop, 4 in
+against one real vLLM CPU server with the tiny model (shared with the profile tests:
+shared_vllm/conftest.py), twice (two trials; closed loop, 4 in
 flight: a setting whose latencies do not trend on a busy two-core box, so SLO verdicts are
 decidable), imported through the CLI in a subprocess; then `report`, `compare` (the two live
 trials against the two committed real files of tests/unit/data/vllm_bench), `gate` and `plan`
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +20,9 @@ import pytest
 
 from tests.integration.conftest import REPO, cli_env, requires_vllm, run_cli
 from vllm_slo.reports.trial_folders import collect_trials, is_experiment
-from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.servers.tiny_model import ensure_tiny_model
-from vllm_slo.servers.vllm_server import launch_vllm
-from vllm_slo.transport.processes import pin, process_group_alive
+from vllm_slo.servers.vllm_server import VllmServer
+from vllm_slo.transport.processes import pin
 
 pytestmark = [pytest.mark.integration, requires_vllm]
 
@@ -65,18 +64,13 @@ def bench_serve(base_url: str, out: Path, client_cores: tuple[int, ...] | None) 
 
 
 @pytest.fixture(scope="module")
-def live_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
-    """Two result files from two runs of `vllm bench serve` against one server (stopped,
-    whole process group, before any import runs)."""
+def live_files(shared_vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory
+               ) -> list[Path]:
+    """Two result files from two runs of `vllm bench serve` against one real server."""
     scratch = tmp_path_factory.mktemp("bench")
-    spec = ServerSpec(args={"max-model-len": 512})
-    with launch_vllm(spec, "cpu", scratch / "server.log") as server:
-        client_cores = server.plan.core_split.client_cores
-        files = [bench_serve(server.base_url, scratch / f"live-{k}.json", client_cores)
-                 for k in (1, 2)]
-        pgid = server.pid
-    assert pgid is not None and not process_group_alive(pgid)
-    yield files
+    client_cores = shared_vllm.plan.core_split.client_cores
+    return [bench_serve(shared_vllm.base_url, scratch / f"live-{k}.json", client_cores)
+            for k in (1, 2)]
 
 
 @pytest.fixture(scope="module")

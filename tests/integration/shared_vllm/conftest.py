@@ -1,0 +1,24 @@
+"""One real vLLM (CPU build) server for the tests of this package, which attach to it by URL
+(each traffic profile, `vllm bench serve` and its import): one start instead of one per
+module (~35 s each on a 2-core CI box). Package-scoped: it stops when this package's tests
+are done, before the rest of the integration tier runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.servers.vllm_server import VllmServer, launch_vllm
+
+MAX_MODEL_LEN = 4096
+
+
+@pytest.fixture(scope="package")
+def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    spec = ServerSpec(args={"max-model-len": MAX_MODEL_LEN, "max-num-batched-tokens": 2048,
+                            "block-size": 128})
+    log = tmp_path_factory.mktemp("shared-server") / "server.log"
+    with launch_vllm(spec, "cpu", log, {"VLLM_SERVER_DEV_MODE": "1"}) as vllm:
+        yield vllm
