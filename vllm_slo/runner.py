@@ -39,8 +39,8 @@ from vllm_slo.scenarios.run_files import (
     SERVER_FACTS_FILE,
     SERVER_LOG_FILE,
     SERVER_METRICS_FILE,
-    STATUS_FILE,
 )
+from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder
@@ -198,9 +198,8 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     spec, traffic = scenario.server, scenario.traffic
     platform = platform_of(spec)
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-    warnings: list[str] = []  # status["warnings"]
-    status: dict[str, object] = {"server_failure": None, "load_generator_failure": None,
-                                 "interrupted": False, "aborted": None, "warnings": warnings}
+    status = RunStatus()
+    warnings = status.warnings  # appended to as the run goes on
     provenance: dict[str, object] = {
         "suite_version": _version("vllm-slo"), "suite_git_commit": _suite_commit(),
         "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
@@ -296,22 +295,22 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
                                 progress_interval_s=5.0 if interactive else 30.0, abort=abort,
                                 start_at_unix_s=start_at_unix_s, cores=split.client_cores)
             if locust.aborted:
-                status["aborted"] = locust.aborted
+                status.aborted = locust.aborted
                 say(f"aborted: {locust.aborted}")
             recorder.stop()
-            status["server_failure"] = server.failure()
-            status["load_generator_failure"] = locust.failure
+            status.server_failure = server.failure()
+            status.load_generator_failure = locust.failure
     except KeyboardInterrupt:
-        status["interrupted"] = True
+        status.interrupted = True
         say("interrupted: server stopped; rendering what was recorded")
     finally:
         (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
-        (run_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
+        status.write(run_dir)
     table = consolidate(run_dir)
     outages = table_outages(table)
     if outages:  # the server went away: when, for how long, what it cost (also in the report)
         start = min(table.column("send_unix_s").to_pylist())
-        status["server_unreachable"] = [outage.to_json_dict(start) for outage in outages]
-        (run_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
+        status.server_unreachable = [outage.to_json_dict(start) for outage in outages]
+        status.write(run_dir)
     rendered = render_run(run_dir)
     return ExitCode(rendered.summary["exit_code"]), rendered

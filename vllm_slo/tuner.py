@@ -31,6 +31,8 @@ from vllm_slo.experiment_runner import trial_folder_name, trial_order
 from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
 from vllm_slo.reports.analysis.server_metrics import run_preemptions
+from vllm_slo.reports.analysis.summary import ReportedEstimate, RunRates
+from vllm_slo.reports.analysis.trials import TrialOutcome
 from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
@@ -63,10 +65,10 @@ from vllm_slo.scenarios.run_files import (
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import resolve_model_path
 
-OBJECTIVE_PATHS = {  # where each objective sits in a trial's summary.json
-    "goodput": ("goodput", "requests_per_s", "value"),
-    "output_throughput": ("throughput", "output_tokens_per_s", "value"),
-    "request_throughput": ("throughput", "requests_per_s", "value"),
+OBJECTIVE_RATES = {  # each objective: the RunRates estimate a trial's summary.json gives it
+    "goodput": "goodput",
+    "output_throughput": "output_tokens_per_s",
+    "request_throughput": "requests_per_s",
 }
 THROUGHPUT_CELL = "output_throughput.mean"
 
@@ -103,14 +105,14 @@ def _trial_complete(folder: Path) -> bool:
     summary = folder / SUMMARY_FILE
     if not summary.is_file():
         return False
-    return INTERRUPTED_REASON not in json.loads(summary.read_text())["invalid_reasons"]
+    outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
+    return INTERRUPTED_REASON not in outcome.invalid_reasons
 
 
 def _objective_value(folder: Path, objective: str) -> float | None:
-    value: Any = json.loads((folder / SUMMARY_FILE).read_text())
-    for key in OBJECTIVE_PATHS[objective]:
-        value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) else None
+    rates = RunRates.from_json_dict(json.loads((folder / SUMMARY_FILE).read_text()))
+    estimate: ReportedEstimate = getattr(rates, OBJECTIVE_RATES[objective])
+    return estimate.value
 
 
 def _verdict(verdicts: list[str]) -> str:

@@ -109,3 +109,19 @@ def test_tune_needs_a_tune_section_and_a_launched_server(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []  # refused before a folder was made
     with pytest.raises(ScenarioError, match="not a tune folder"):
         tuner.resume_tune(tmp_path)
+
+
+@pytest.mark.parametrize(("objective", "expected"), [
+    ("goodput", 1.05), ("output_throughput", 76.075), ("request_throughput", 12.2)])
+def test_a_trials_objective_is_read_from_its_summary_typed(tmp_path: Path, objective: str,
+                                                          expected: float) -> None:
+    """Each objective from a real summary.json (the golden run's), through RunRates; a trial
+    cut by an interruption is not complete, a finished one is."""
+    golden = Path(__file__).resolve().parent / "golden" / "summary.json"
+    document = json.loads(golden.read_text())
+    (tmp_path / "summary.json").write_text(json.dumps(document))
+    assert tuner._objective_value(tmp_path, objective) == pytest.approx(expected)
+    assert tuner._trial_complete(tmp_path)
+    document["invalid_reasons"] = [tuner.INTERRUPTED_REASON]
+    (tmp_path / "summary.json").write_text(json.dumps(document))
+    assert not tuner._trial_complete(tmp_path)

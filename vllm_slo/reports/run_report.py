@@ -55,10 +55,10 @@ from vllm_slo.scenarios.run_files import (
     REPORT_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
-    STATUS_FILE,
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
+from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
@@ -107,15 +107,16 @@ def load_run(run_dir: Path) -> LoadedRun:
     if not scenario_path.is_file():
         raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
     scenario = Scenario.model_validate(yaml.safe_load(scenario_path.read_text()))
-    status = _read_json(run_dir / STATUS_FILE)
+    written = RunStatus.read(run_dir)
+    status = written or RunStatus()
     table = load_samples(run_dir)
     series = run_series(table, scenario.traffic.duration_s)
     summary = summarize(series)
     parts = {name: (part, summarize(part)) for name, part in series_by_profile(
         table, scenario.traffic.duration_s, scenario.traffic.profile == "mix").items()}
     slo_results = evaluate_slos(scenario.slo.rules(), series, summary, parts=parts)
-    invalid = invalid_measurement_reasons(summary, status.get("server_failure"),
-                                          status.get("load_generator_failure"),
+    invalid = invalid_measurement_reasons(summary, status.server_failure,
+                                          status.load_generator_failure,
                                           scenario.traffic.max_send_lag_p99_s)
     traffic = scenario.traffic
     closed = traffic.arrival.kind == "closed"
@@ -131,11 +132,11 @@ def load_run(run_dir: Path) -> LoadedRun:
         run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())
         invalid = (*invalid, *(outage.reason(run_start_unix_s)
                                for outage in table_outages(table)))
-    if status.get("aborted"):
-        invalid = (*invalid, f"aborted by abort_on: {status['aborted']}")
-    if status.get("interrupted"):
+    if status.aborted:
+        invalid = (*invalid, f"aborted by abort_on: {status.aborted}")
+    if status.interrupted:
         invalid = (*invalid, INTERRUPTED_REASON)
-    if not (run_dir / STATUS_FILE).is_file() and not (run_dir / SAMPLES_FILE).is_file():
+    if written is None and not (run_dir / SAMPLES_FILE).is_file():
         invalid = (*invalid, UNFINISHED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
     document = build_summary(
@@ -148,7 +149,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
         by_profile={name: part_summary for name, (_, part_summary) in parts.items()},
-        warnings=status.get("warnings", []))
+        warnings=status.warnings)
     return LoadedRun(document, series, table, server_records)
 
 

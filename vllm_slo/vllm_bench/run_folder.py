@@ -23,7 +23,8 @@ import yaml
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE, STATUS_FILE
+from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE
+from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 from vllm_slo.vllm_bench.records import BenchRecord, ParsedBench, parse_record
 from vllm_slo.vllm_bench.rows import Rows, build_rows
@@ -152,9 +153,7 @@ def write_run(run_dir: Path, record: BenchRecord, label: str | None,
     warnings = [f"imported from vllm bench serve ({record.name}); send times {rows.send_times}",
                 "the traffic profile in scenario.yaml is a placeholder (the workload was vLLM "
                 "bench's dataset)", *rows.warnings]
-    (run_dir / STATUS_FILE).write_text(json.dumps(
-        {"server_failure": None, "load_generator_failure": None, "interrupted": False,
-         "warnings": warnings}, indent=2))
+    RunStatus(warnings=warnings).write(run_dir)
     pq.write_table(rows.table, run_dir / SAMPLES_FILE)
     if record.count == 1:
         shutil.copyfile(record.path, run_dir / SOURCE_COPY)

@@ -63,6 +63,23 @@ class ReportedEstimate:
 
 
 @dataclass(frozen=True, slots=True)
+class RunRates:
+    """The rates a run's summary.json reports, read back typed (what `vllm-slo tune` ranks
+    its candidates by); RunSummaryDocument.to_json_dict writes them."""
+
+    goodput: ReportedEstimate  # requests per second that met every per-request latency SLO
+    output_tokens_per_s: ReportedEstimate
+    requests_per_s: ReportedEstimate
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> RunRates:
+        throughput = data["throughput"]
+        return cls(ReportedEstimate.from_json_dict(data["goodput"]["requests_per_s"]),
+                   ReportedEstimate.from_json_dict(throughput["output_tokens_per_s"]),
+                   ReportedEstimate.from_json_dict(throughput["requests_per_s"]))
+
+
+@dataclass(frozen=True, slots=True)
 class SloEntry:
     """One SLO with its observed statistic, verdict and how the verdict was reached (a run's
     SLO, or an experiment variant's across its trials: the JSON shape is the same)."""
