@@ -31,6 +31,11 @@ _STATISTICS_TEXT = {MetricKind.LATENCY: "pNN (0 < NN < 100) or mean",
 _PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 
+def format_per_second(value: float) -> str:
+    """A rate's number, without its unit: `1,234.5`."""
+    return f"{value:,.1f}"
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     name: str
@@ -52,7 +57,7 @@ class Metric:
             return format_duration_s(value)
         if self.kind is MetricKind.FRACTION:
             return f"{value * 100:.2f}%"
-        return f"{value:,.1f}"
+        return format_per_second(value)
 
     @property
     def suffix(self) -> str:

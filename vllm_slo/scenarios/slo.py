@@ -73,8 +73,7 @@ def parse_latency_rule(metric: str, text: str) -> SloRule:
             f"{', '.join(COMPARATORS)}), got {text!r}"
         )
     statistic, comparator, threshold_text = match.groups()
-    if statistic.startswith("p") and not 0.0 < float(statistic[1:]) < 100.0:
-        raise ValueError(f"percentile must lie strictly between 0 and 100, got {statistic!r}")
+    metric_named(metric).check_statistic(statistic)  # a percentile strictly inside (0, 100)
     try:
         threshold_s = parse_duration_s(threshold_text.replace(" ", ""))
     except ValueError:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.reports.analysis.trial_planning import MAX_TRIALS_PER_VARIANT
 from vllm_slo.reports.analysis.verdicts import VerdictScope
-from vllm_slo.scenarios.metrics import METRICS
+from vllm_slo.scenarios.metrics import METRICS, format_per_second
 from vllm_slo.scenarios.units import format_duration_s
 
 OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
@@ -60,10 +60,6 @@ def format_interval(estimate: ReportedEstimate, formatter: Formatter) -> str:
     return f"[{shown[0]}, {shown[1]}]"
 
 
-def _per_second(value: float) -> str:
-    return f"{value:,.1f}"
-
-
 def metric_formatter(metric: str) -> Formatter:
     """How a value of `metric` prints (without its unit suffix): its registry entry's."""
     return METRICS[metric].format_value
@@ -73,8 +69,8 @@ def format_rate(estimate: ReportedEstimate, unit: str) -> str:
     """`1,234.5 tok/s [1,200.0, 1,270.1]`, or `n/a`."""
     if estimate.value is None:
         return "n/a"
-    ci = format_interval(estimate, _per_second)
-    return f"{estimate.value:,.1f} {unit} {ci}".strip()
+    ci = format_interval(estimate, format_per_second)
+    return f"{format_per_second(estimate.value)} {unit} {ci}".strip()
 
 
 def format_metric_value(metric: str, estimate: ReportedEstimate, decided: bool = False) -> str:
