@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import yaml
 
 from vllm_slo.reports.analysis.client_health import client_health
-from vllm_slo.reports.analysis.outages import table_outages
+from vllm_slo.reports.analysis.outages import table_outages, table_stalls
 from vllm_slo.reports.analysis.run_metrics import (
     RunSeries,
     run_series,
@@ -132,6 +132,9 @@ def load_run(run_dir: Path) -> LoadedRun:
         run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())
         invalid = (*invalid, *(outage.reason(run_start_unix_s)
                                for outage in table_outages(table)))
+        # a frozen server refuses nothing: its requests hang until a timeout cuts them
+        invalid = (*invalid, *(stall.reason(run_start_unix_s)
+                               for stall in table_stalls(table)))
     if status.aborted:
         invalid = (*invalid, f"aborted by abort_on: {status.aborted}")
     if status.interrupted:
