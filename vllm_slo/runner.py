@@ -26,15 +26,15 @@ from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.analysis.outages import table_outages
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
+from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     PLAN_FILE,
-    PROVENANCE_FILE,
     SCENARIO_FILE,
     SERVER_FACTS_FILE,
     SERVER_LOG_FILE,
@@ -200,23 +200,22 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     status = RunStatus()
     warnings = status.warnings  # appended to as the run goes on
-    provenance: dict[str, object] = {
-        "suite_version": _version("vllm-slo"), "suite_git_commit": _suite_commit(),
-        "locust_version": _version("locust"), "host": host_facts(), "platform": platform,
-        "seed": traffic.seed, "started_utc": datetime.now(timezone.utc).isoformat(),
-        "command_line": redact_secrets(sys.argv),
-    }
+    provenance = Provenance(
+        suite_version=_version("vllm-slo"), suite_git_commit=_suite_commit(),
+        locust_version=_version("locust"), host=host_facts(), platform=platform,
+        seed=traffic.seed, started_utc=datetime.now(timezone.utc).isoformat(),
+        command_line=redact_secrets(sys.argv))
     model_path: str | None = None
     server: AttachedServer | VllmServer
     if spec.url is not None:
         server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s, api_key)
-        say(f"attaching to {spec.url} ...")
+        say(redact_text(f"attaching to {spec.url} ..."))
     else:
         dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache == "reset" else {}
         server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
         model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
-        provenance["launch"] = redact_secrets(server.plan.to_dict())
-        say(f"starting vLLM ({platform}): {' '.join(server.plan.argv)}")
+        provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
+        say(f"starting vLLM ({platform}): {' '.join(redact_secrets(server.plan.argv))}")
     interactive = sys.stdout.isatty()
     try:
         with server:
@@ -227,36 +226,39 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             if isinstance(server, VllmServer) and server.ports_taken:  # again on a fresh port
                 say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
                     f"process before vLLM bound them; it runs on port {server.plan.port}")
-                provenance["launch"] = {**redact_secrets(server.plan.to_dict()),
-                                        "ports_taken": list(server.ports_taken)}
-            provenance.update({"vllm_version": ready.version, "model_id": ready.model_id,
-                               "max_model_len": ready.max_model_len,
-                               "server_url": server.base_url,
-                               "server_pid": getattr(server, "pid", None),
-                               "server_instance": {**server.instance(),
-                                                   "label": spec.instance}})
-            (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
+                provenance = provenance.updated(launch={
+                    **redact_secrets(server.plan.to_dict()),
+                    "ports_taken": list(server.ports_taken)})
+            provenance = provenance.updated(
+                vllm_version=ready.version, model_id=ready.model_id,
+                max_model_len=ready.max_model_len, server_url=server.base_url,
+                server_pid=getattr(server, "pid", None),
+                server_instance={**server.instance(), "label": spec.instance})
+            provenance.write(run_dir, redact_secrets)
             plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
                                 ready.max_model_len, run_dir, api_key)
-            provenance["plan"] = {"requests": len(plan.requests), "sha256": plan.sha256,
-                                  "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
-                                  "rejected": plan.rejected, "filtered": plan.filtered}
+            provenance = provenance.updated(plan={
+                "requests": len(plan.requests), "sha256": plan.sha256,
+                "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
+                "rejected": plan.rejected, "filtered": plan.filtered})
             say(f"plan: {len(plan.requests)} {traffic.profile} requests "
                 f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
             if traffic.prefix_cache == "reset":
-                provenance["prefix_cache_reset"] = reset_prefix_cache(server.base_url, api_key)
-                if provenance["prefix_cache_reset"] != "reset":
-                    warnings.append(f"prefix cache {provenance['prefix_cache_reset']}")
+                provenance = provenance.updated(
+                    prefix_cache_reset=reset_prefix_cache(server.base_url, api_key))
+                if provenance.prefix_cache_reset != "reset":
+                    warnings.append(f"prefix cache {provenance.prefix_cache_reset}")
             split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
-            provenance["core_split"] = split.to_dict()
+            provenance = provenance.updated(core_split=split.to_dict())
             if split.client_cores is not None:
                 say(f"cores: vLLM on {','.join(map(str, split.server_cores or ()))}, Locust on "
                     f"{','.join(map(str, split.client_cores))} ({split.reason})")
             workers = traffic.remote_workers or resolve_workers(
                 traffic, os.cpu_count() or 1, _server_share(spec.url, platform))
-            provenance["locust_workers"] = workers
+            provenance = provenance.updated(locust_workers=workers)
             if traffic.remote_workers:
-                provenance["locust_master"] = f"{traffic.master_bind}:{traffic.master_port}"
+                provenance = provenance.updated(
+                    locust_master=f"{traffic.master_bind}:{traffic.master_port}")
             LocustConfig(traffic=traffic, model_id=ready.model_id,
                          api_key_env=spec.api_key_env, process_count=workers).write(run_dir)
             recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
@@ -304,7 +306,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
         status.interrupted = True
         say("interrupted: server stopped; rendering what was recorded")
     finally:
-        (run_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
+        provenance.write(run_dir, redact_secrets)
         status.write(run_dir)
     table = consolidate(run_dir)
     outages = table_outages(table)

@@ -49,9 +49,9 @@ from vllm_slo.reports.render.text import render_table
 from vllm_slo.reports.samples import client_cpu_fractions, load_samples
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
-    PROVENANCE_FILE,
     REPORT_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
@@ -89,10 +89,6 @@ class LoadedRun:
     series: RunSeries  # the measured window
     table: pa.Table  # every sample row
     server_records: list[dict[str, Any]]  # parsed server_metrics.jsonl lines ([] if none)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def read_server_metrics(path: Path) -> list[dict[str, Any]]:
@@ -143,7 +139,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         invalid = (*invalid, UNFINISHED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
     document = build_summary(
-        run_id=run_dir.name, scenario=scenario, provenance=_read_json(run_dir / PROVENANCE_FILE),
+        run_id=run_dir.name, scenario=scenario, provenance=Provenance.read(run_dir).to_json_dict(),
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         goodput=goodput(scenario.slo.rules(), series),

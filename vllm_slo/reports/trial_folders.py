@@ -13,13 +13,13 @@ from vllm_slo.reports.analysis.trials import Trial, TrialOutcome
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.samples import load_samples
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
+from vllm_slo.scenarios.provenance import Provenance
+from vllm_slo.scenarios.run_files import SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
 
 
 def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
     scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
-    provenance_path = run_dir / PROVENANCE_FILE
-    provenance = json.loads(provenance_path.read_text()) if provenance_path.is_file() else {}
+    provenance = Provenance.read(run_dir).to_json_dict()
     outcome = TrialOutcome.from_json_dict(json.loads((run_dir / SUMMARY_FILE).read_text()))
     table = load_samples(run_dir)
     window_s = scenario.traffic.duration_s

@@ -23,7 +23,8 @@ import yaml
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import PROVENANCE_FILE, SCENARIO_FILE
+from vllm_slo.scenarios.provenance import Provenance
+from vllm_slo.scenarios.run_files import SCENARIO_FILE
 from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 from vllm_slo.vllm_bench.records import BenchRecord, ParsedBench, parse_record
@@ -149,7 +150,7 @@ def write_run(run_dir: Path, record: BenchRecord, label: str | None,
     (run_dir / SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     provenance = _provenance(record, parsed, label, rows, anchor, latency_from)
-    (run_dir / PROVENANCE_FILE).write_text(json.dumps(redact_secrets(provenance), indent=2))
+    Provenance.model_validate(provenance).write(run_dir, redact_secrets)
     warnings = [f"imported from vllm bench serve ({record.name}); send times {rows.send_times}",
                 "the traffic profile in scenario.yaml is a placeholder (the workload was vLLM "
                 "bench's dataset)", *rows.warnings]
