@@ -5,7 +5,8 @@ column), and hold at most a few arrays of the chunks' size at a time.
 - `gaps_in_arrival_order`: ITL gaps pooled over requests, in the order the gaps ended (the
   request's intended send + the later chunk's offset), ties in row order: what
   `statistics.time_ordered(*run_metrics.pooled_gaps(...))` gives, without its copies.
-- `tokens_by_arrival`: output tokens per time bin by the arrival of the chunk that carried them.
+- `tokens_by_arrival`: output tokens per time bin by the arrival of the chunk that carried them
+  (up to an optional end inside the last bin).
 """
 
 from __future__ import annotations
@@ -98,10 +99,13 @@ def gaps_in_arrival_order(offset_lists: pa.ListArray, send_unix_s: np.ndarray,
 
 def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
                       output_tokens: np.ndarray, rows: np.ndarray, window_start_unix_s: float,
-                      bin_s: float, n_bins: int) -> np.ndarray:
+                      bin_s: float, n_bins: int, end_unix_s: float | None = None
+                      ) -> np.ndarray:
     """Output tokens per bin by the arrival time of the chunk that carried them, over the
     selected `rows`: each request's usage count is spread evenly over its content chunks
-    (exact when a chunk is one token). Chunks are summed in row order, as one pass would."""
+    (exact when a chunk is one token). Chunks are summed in row order, as one pass would.
+    `end_unix_s`: chunks arriving at or after it count nowhere (a span ending inside its
+    last bin: that bin holds only what arrived before the end)."""
     per_bin = np.zeros(n_bins)
     flat, bounds = list_values(offset_lists)
     if flat.size == 0:
@@ -121,6 +125,8 @@ def tokens_by_arrival(offset_lists: pa.ListArray, start_unix_s: np.ndarray,
         weight = np.repeat(share[first_row:end_row], lengths)
         index = np.floor((arrival - window_start_unix_s) / bin_s)
         inside = (index >= 0) & (index < n_bins) & np.isfinite(weight)
+        if end_unix_s is not None:
+            inside &= arrival < end_unix_s
         per_bin += np.bincount(index[inside].astype(np.int64), weights=weight[inside],
                                minlength=n_bins)[:n_bins]
     return per_bin

@@ -11,19 +11,28 @@ Definitions (README "Measurement definitions"):
   measured window, per second (a request straddling a boundary counts partly; a chunk carrying
   several tokens counts its share of the request's usage count), so it can never exceed what
   the server emitted. Request throughput: successful requests *completed* inside the window.
-  Both CIs come from per-second bins (autocorrelation-aware).
+- Both rates are counts over the span they were measured over (`rate_span_s`): the scenario's
+  window, or, for a run cut short (Ctrl-C, abort, a dead load generator), the window up to the
+  last thing any request did. Never a mean of whole-second bins: a 12.97 s window is not 13 s,
+  and an interrupted 10 s run did not measure for 10 s. Their CIs come from the 1-s bins of
+  that span (the last one partial, weighted by its length) as a ratio estimator with an
+  autocorrelation-aware effective size (`span_rate_estimate`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy import stats
 
 from vllm_slo.reports.analysis.chunk_times import gaps_in_arrival_order, tokens_by_arrival
+from vllm_slo.reports.analysis.effective_size import effective_sample_size
+from vllm_slo.reports.analysis.inputs import check_confidence
 from vllm_slo.reports.analysis.statistics import (
     Estimate,
     mean_estimate,
@@ -46,10 +55,12 @@ class RunSeries:
     e2e_s: np.ndarray
     send_lag_s: np.ndarray
     window_start_unix_s: float | None
-    window_s: float
+    window_s: float  # the scenario's measured window (planned)
     requests: int
     failed: int
-    output_tokens_per_bin: np.ndarray  # per 1-s bin of the window, by chunk arrival time
+    # per second in each 1-s bin of the rate span, by chunk arrival time (the last bin may be
+    # partial: its count over its own length, `bin_widths_s`)
+    output_tokens_per_bin: np.ndarray
     completions_per_bin: np.ndarray
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     queued_for_slot: int = 0  # open loop: measured requests that waited for an in-flight slot
@@ -64,6 +75,27 @@ class RunSeries:
     measured_latency_s: dict[str, np.ndarray] = field(default_factory=dict)
     # each measured request's profile (a mix's part; "" without the column), for goodput
     measured_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
+    # the span the rates are over (None: window_s) and each bin's length (empty: 1 s each)
+    rate_span_s: float | None = None
+    bin_widths_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    @property
+    def span_s(self) -> float:
+        """Seconds the rates were measured over: the window, or less for a run cut short."""
+        return self.window_s if self.rate_span_s is None else self.rate_span_s
+
+    def bin_widths(self) -> np.ndarray:
+        """Each rate bin's length in seconds (the last bin of a span may be partial)."""
+        if self.bin_widths_s.size == self.output_tokens_per_bin.size:
+            return self.bin_widths_s
+        return np.ones(self.output_tokens_per_bin.size)
+
+    def rate_per_s(self, metric: str) -> float | None:
+        """A rate metric's point value: its count over the span (None: no span)."""
+        per_bin: np.ndarray = getattr(self, METRICS[metric].series_field)
+        widths = self.bin_widths()
+        span_s = float(widths.sum())
+        return float(np.dot(per_bin, widths)) / span_s if span_s > 0 else None
 
     def latency(self, metric: str) -> np.ndarray:
         """A latency metric's values (its registry entry names the field above)."""
@@ -93,10 +125,11 @@ class RunSummary:
     client_send_lag_p99_s: float | None  # lag of requests that did not wait for a slot
     queued_for_slot: int
     reused_prompts: int
-    sent_per_s: float  # measured requests by intended send time / window
+    sent_per_s: float  # measured requests by intended send time / rate span
     window_s: float
     errors_by_kind: dict[str, int]
     warnings: tuple[str, ...]
+    rate_span_s: float = 0.0  # the seconds every rate above is over (window_s unless cut short)
 
 
 def error_kind(text: str) -> str:
@@ -158,8 +191,91 @@ def _mask(table: pa.Table, name: str) -> np.ndarray:
                       dtype=bool)
 
 
-def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSeries:
-    """Series of the `measure` rows of a samples table (any row order on input)."""
+def traffic_stopped_unix_s(table: pa.Table) -> float | None:
+    """The last moment any row (any phase, any outcome) shows the client and server at work:
+    its actual send, its first chunk or its end (a request cut at the stop ends there).
+    None for an empty table."""
+    if table.num_rows == 0:
+        return None
+    intended = _column(table, "intended_send_unix_s")
+    events = [_column(table, "send_unix_s"), intended + _column(table, "ttft_s"),
+              intended + _column(table, "e2e_s")]
+    latest = np.fmax.reduce(np.vstack(events), axis=0)
+    return float(np.nanmax(latest)) if np.isfinite(latest).any() else None
+
+
+def rate_span_s(window_start_unix_s: float | None, window_s: float,
+                stopped_unix_s: float | None) -> float:
+    """The seconds a run's rates are over: the window, or for a run cut short (`stopped_unix_s`
+    given: `traffic_stopped_unix_s`) the window up to that moment (an interrupted 10 s run that
+    stopped at 3.2 s measured 3.2 s). A run that went the whole way keeps its window even when
+    its last request ended early (an open loop's idle tail is part of what it measured)."""
+    if stopped_unix_s is None or window_start_unix_s is None:
+        return window_s
+    if stopped_unix_s <= window_start_unix_s:
+        return window_s
+    return min(window_s, stopped_unix_s - window_start_unix_s)
+
+
+def span_bins(span_s: float, bin_s: float) -> np.ndarray:
+    """The lengths of the bins covering a span: whole `bin_s` bins, the last one partial
+    (a span within 1 ns of a whole number of bins gets no sliver of a last bin)."""
+    n_bins = max(1, math.ceil(span_s / bin_s - 1e-9))
+    widths = np.full(n_bins, float(bin_s))
+    widths[-1] = span_s - (n_bins - 1) * bin_s
+    return widths
+
+
+def span_rate_estimate(per_bin: np.ndarray, widths_s: np.ndarray, confidence: float = 0.95
+                       ) -> Estimate:
+    """A count over the span it was measured in, per second, with a ratio-estimator interval
+    (``method="ratio-t-ess"``).
+
+    ``per_bin``: the rate in each bin (count / its length), time-ordered; ``widths_s``: the
+    bins' lengths. Value ``R = sum(count) / sum(width)``, exactly the count over the span.
+    Interval ``R ± t(n_eff - 1) * n * sd(e) / (sqrt(n_eff) * span)`` with residuals
+    ``e = count - R * width`` (a partial bin weighs by its length) and ``n_eff`` their
+    effective size: with whole bins it is `mean_estimate`'s t-ess interval. It is zero-wide
+    only when every bin holds the same rate. Cut at 0 as the mean's is."""
+    check_confidence(confidence)
+    rates = np.asarray(per_bin, dtype=np.float64)
+    widths = np.asarray(widths_s, dtype=np.float64)
+    method = "ratio-t-ess"
+    span_s = float(widths.sum())
+    if rates.size == 0 or rates.size != widths.size or not span_s > 0.0:
+        return Estimate(None, None, None, confidence, 0, 0.0, method,
+                        ("no measured span for a rate",))
+    counts = rates * widths
+    value = float(counts.sum()) / span_s
+    n = rates.size
+    residuals = counts - value * widths
+    n_eff = effective_sample_size(residuals)
+    if n < 2 or n_eff < 2.0:
+        return Estimate(value, None, None, confidence, n, n_eff, method,
+                        (f"no interval for a rate over {span_s:.3g} s (need >= 2 effective "
+                         f"bins, have {n_eff:.1f} of {n})",))
+    half = (float(stats.t.ppf(0.5 + confidence / 2.0, n_eff - 1.0))
+            * n * float(residuals.std(ddof=1)) / (math.sqrt(n_eff) * span_s))
+    low = value - half
+    warnings: tuple[str, ...] = ()
+    if low < 0.0 <= float(counts.min()):
+        low = 0.0
+        warnings = ("the interval of the rate reached below 0 and was cut there: the series "
+                    "is too erratic for a symmetric interval",)
+    return Estimate(value, low, value + half, confidence, n, n_eff, method, warnings)
+
+
+def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0,
+               cut_short: bool = False) -> RunSeries:
+    """Series of the `measure` rows of a samples table (any row order on input). `cut_short`:
+    the run stopped before its planned end (interrupted, aborted, the load generator died),
+    so its rates are over the span up to when traffic stopped (`rate_span_s`)."""
+    return _series(table, window_s, bin_s,
+                   traffic_stopped_unix_s(table) if cut_short else None)
+
+
+def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: float | None
+            ) -> RunSeries:
     if not _in_row_order(table):
         table = table.sort_by(ROW_ORDER)
     measured = np.asarray(pc.equal(table.column("phase"), "measure").fill_null(False)
@@ -184,16 +300,19 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     chunk_offsets = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     itl = gaps_in_arrival_order(chunk_offsets, intended, good)
     window_start = float(intended[measured].min()) if measured.any() else None
-    n_bins = max(1, int(np.ceil(window_s / bin_s)))
+    span_s = rate_span_s(window_start, window_s, stopped_unix_s)
+    widths = span_bins(span_s, bin_s)
+    n_bins = widths.size
     tokens_per_bin = np.zeros(n_bins)
     completions_per_bin = np.zeros(n_bins)
     if window_start is not None:
+        span_end = window_start + span_s
         end_unix = intended + np.nan_to_num(e2e_all, nan=np.inf)
-        inside = ok & (end_unix >= window_start) & (end_unix < window_start + n_bins * bin_s)
-        index = ((end_unix[inside] - window_start) // bin_s).astype(int)
+        inside = ok & (end_unix >= window_start) & (end_unix < span_end)
+        index = np.minimum((end_unix[inside] - window_start) // bin_s, n_bins - 1).astype(int)
         np.add.at(completions_per_bin, index, 1.0)
         tokens_per_bin = tokens_by_arrival(chunk_offsets, intended, tokens_all, ok,
-                                           window_start, bin_s, n_bins)
+                                           window_start, bin_s, n_bins, end_unix_s=span_end)
     queued = _mask(table, "queued_for_slot")
     plan_index = table.column("plan_index").drop_null().to_numpy()
     reused = int(plan_index.size - np.unique(plan_index).size)
@@ -202,9 +321,9 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
     return RunSeries(
         ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,
-        window_s=float(n_bins * bin_s), requests=int(measured.sum()),
-        failed=int((measured & ~ok).sum()), output_tokens_per_bin=tokens_per_bin / bin_s,
-        completions_per_bin=completions_per_bin / bin_s, errors_by_kind=dict(kinds),
+        window_s=float(window_s), requests=int(measured.sum()),
+        failed=int((measured & ~ok).sum()), output_tokens_per_bin=tokens_per_bin / widths,
+        completions_per_bin=completions_per_bin / widths, errors_by_kind=dict(kinds),
         queued_for_slot=int(np.count_nonzero(measured & queued)),
         client_send_lag_s=floats("send_lag_s", measured & ~queued),
         reused_prompts=reused, prompt_tokens=floats("prompt_tokens", good),
@@ -214,7 +333,7 @@ def run_series(table: pa.Table, window_s: float, bin_s: float = 1.0) -> RunSerie
         measured_ok=ok[measured], measured_send_unix_s=intended[measured],
         measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
                             "e2e": e2e_all[measured]},
-        measured_profile=_profiles(table)[measured])
+        measured_profile=_profiles(table)[measured], rate_span_s=span_s, bin_widths_s=widths)
 
 
 def _profiles(table: pa.Table) -> np.ndarray:
@@ -242,22 +361,28 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
     if series.ok_without_usage:
         warnings.append(f"{series.ok_without_usage} successful request(s) carried no usage "
                         "chunk: their output tokens are unknown and count in no throughput")
+    span_s = series.span_s
+    if span_s < series.window_s:
+        warnings.append(f"traffic stopped {span_s:.2f} s into the {series.window_s:g} s "
+                        f"window: every rate is over the {span_s:.2f} s measured")
     lag = series.send_lag_s
     client_lag = series.client_send_lag_s
+    widths = series.bin_widths()
     return RunSummary(
         metrics={m: summarize_metric(m, series.latency(m), confidence) for m in LATENCY_METRICS},
         requests=series.requests, ok=ok, failed=series.failed,
         error_rate=rate_estimate(series.failed, series.requests, confidence),
-        output_tokens_per_s=mean_estimate(series.output_tokens_per_bin, confidence),
-        requests_per_s=mean_estimate(series.completions_per_bin, confidence),
+        output_tokens_per_s=span_rate_estimate(series.output_tokens_per_bin, widths,
+                                               confidence),
+        requests_per_s=span_rate_estimate(series.completions_per_bin, widths, confidence),
         send_lag_p99_s=float(np.percentile(lag, 99)) if lag.size else None,
         send_lag_p50_s=float(np.percentile(lag, 50)) if lag.size else None,
         client_send_lag_p99_s=(float(np.percentile(client_lag, 99)) if client_lag.size
                                else None),
         queued_for_slot=series.queued_for_slot, reused_prompts=series.reused_prompts,
-        sent_per_s=series.requests / series.window_s if series.window_s else 0.0,
+        sent_per_s=series.requests / span_s if span_s else 0.0,
         window_s=series.window_s, errors_by_kind=series.errors_by_kind,
-        warnings=tuple(warnings))
+        warnings=tuple(warnings), rate_span_s=span_s)
 
 
 def measured_profiles(table: pa.Table) -> list[str]:
@@ -269,14 +394,17 @@ def measured_profiles(table: pa.Table) -> list[str]:
     return [str(name) for name in names]
 
 
-def series_by_profile(table: pa.Table, window_s: float, is_mix: bool = False
-                      ) -> dict[str, RunSeries]:
+def series_by_profile(table: pa.Table, window_s: float, is_mix: bool = False,
+                      cut_short: bool = False) -> dict[str, RunSeries]:
     """A mix's parts, each a series of its own rows over the same window (throughput: the
     part's tokens by arrival); {} for a run of one profile. `is_mix` (the scenario's traffic
-    is a mix): every part with measured rows, also when only one of them had any."""
+    is a mix): every part with measured rows, also when only one of them had any. A run cut
+    short: every part over the whole run's span (traffic stopped for all of them at once)."""
     names = measured_profiles(table)
     if len(names) < (1 if is_mix else 2):
         return {}
     profile = table.column("profile")
-    return {name: run_series(table.filter(pc.equal(profile, name).fill_null(False)), window_s)
+    stopped = traffic_stopped_unix_s(table) if cut_short else None
+    return {name: _series(table.filter(pc.equal(profile, name).fill_null(False)), window_s,
+                          1.0, stopped)
             for name in names}

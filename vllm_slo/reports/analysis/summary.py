@@ -288,6 +288,7 @@ class RunSummaryDocument(EchoesScenario):
     client_health: ClientHealth | None = None  # None: a document built without the rows
     server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
     by_profile: Mapping[str, ProfileEntry] | None = None  # a mix's parts; None: one profile
+    rate_span_s: float | None = None  # the seconds the rates are over (None: window_s)
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order; `by_profile`
@@ -301,7 +302,9 @@ class RunSummaryDocument(EchoesScenario):
             "requests": self.requests.to_json_dict(),
             "error_rate": self.error_rate.to_json_dict(),
             "throughput": {"output_tokens_per_s": self.output_tokens_per_s.to_json_dict(),
-                           "requests_per_s": self.requests_per_s.to_json_dict()},
+                           "requests_per_s": self.requests_per_s.to_json_dict(),
+                           "rate_span_s": (self.window_s if self.rate_span_s is None
+                                           else self.rate_span_s)},
             "goodput": {"requests_per_s": self.goodput.to_json_dict(),
                         "counts": self.goodput_counts},
             "send_lag_p99_s": self.send_lag_p99_s,
@@ -366,4 +369,5 @@ def build_summary(
         server_crosscheck=server_crosscheck,
         by_profile=({name: ProfileEntry.of(part) for name, part in by_profile.items()}
                     if by_profile else None),
+        rate_span_s=summary.rate_span_s,
     )
