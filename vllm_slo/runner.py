@@ -26,7 +26,12 @@ from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.analysis.outages import table_outages
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.reports.redaction import (
+    redact_secrets,
+    redact_text,
+    redact_values,
+    spec_secret_values,
+)
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
@@ -181,6 +186,18 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
     return RunOutcome(run_dir, exit_code, rendered)
 
 
+def _scrub_server_log(path: Path, spec: ServerSpec, api_key: str | None) -> None:
+    """The launched server's log with the scenario's secrets removed: vLLM echoes its
+    arguments (`--api-key`) and the suite writes the command line at the top."""
+    if not path.is_file():
+        return
+    text = path.read_text(errors="replace")
+    scrubbed = redact_values(redact_text(text), spec_secret_values(
+        {str(k): v for k, v in spec.args.items()}, spec.env, spec.url, api_key))
+    if scrubbed != text:
+        path.write_text(scrubbed)
+
+
 def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
               before_traffic: Callable[[], float | None] = lambda: None
               ) -> tuple[ExitCode, RenderedRun]:
@@ -308,6 +325,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     finally:
         provenance.write(run_dir, redact_secrets)
         status.write(run_dir)
+        _scrub_server_log(run_dir / SERVER_LOG_FILE, spec, api_key)
     table = consolidate(run_dir)
     outages = table_outages(table)
     if outages:  # the server went away: when, for how long, what it cost (also in the report)

@@ -12,6 +12,7 @@ counter is made.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -94,7 +95,8 @@ class ServerTokenCounter:
             root = root[: -len("/v1")]
         self.base_url = root
         self.model = model
-        self.name = f"server /tokenize at {root} (model {model})"
+        shown = re.sub(r"//[^/@]*@", "//", root, count=1)  # a description: no credentials
+        self.name = f"server /tokenize at {shown} (model {model})"
         self._client = HttpStreamClient(root, timeout_s=timeout_s, api_key=api_key)
 
     def count_many(self, texts: Sequence[str]) -> list[int]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REDACTED = "***"
@@ -28,6 +29,40 @@ def redact_text(text: str) -> str:
     return _BEARER.sub(rf"\1 {REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", text))
 
 
+# `server.args={api-key: X}`, `server.env={HF_TOKEN: X}`: a YAML flow mapping in an override
+_FLOW_ENTRY = re.compile(
+    r"(?i)([\w.-]*(?:key|token(?!s|izer)|secret|passw(?:or)?d|auth|credential)[\w.-]*)"
+    r"(\s*:\s*)([^\s,{}\[\]]+)")
+
+
+def _redact_flow_entry(match: re.Match[str]) -> str:
+    name, sep, value = match.groups()
+    if _NAMES_A_VARIABLE.search(name):
+        return match.group(0)
+    return f"{name}{sep}{_redact_value(value)}"
+
+
+def redact_values(text: str, values: Iterable[str]) -> str:
+    """`text` with every occurrence of the known secret `values` replaced (a server's own
+    log echoes its arguments and environment in formats no pattern foresees)."""
+    for value in sorted({v for v in values if v}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def spec_secret_values(args: Mapping[str, Any], env: Mapping[str, str],
+                       url: str | None, api_key: str | None) -> list[str]:
+    """The secrets a scenario's server carries: values of secret-named args and env entries
+    (not plain numbers or booleans), the URL's password, the API key's value."""
+    found = [str(v) for k, v in [*args.items(), *env.items()]
+             if SECRET_NAME.search(k) and not _NAMES_A_VARIABLE.search(k)
+             and isinstance(v, str) and _redact_value(v) == REDACTED]
+    userinfo = re.match(r"(?i)[a-z][a-z0-9+.-]*://([^/\s@]+)@", url or "")
+    if userinfo:
+        found += [part for part in userinfo.group(1).split(":", 1)[1:] if part]
+    return [*found, *([api_key] if api_key else [])]
+
+
 def _redact_argv(items: list[Any]) -> list[Any]:
     out: list[Any] = []
     hide_next = False
@@ -43,6 +78,8 @@ def _redact_argv(items: list[Any]) -> list[Any]:
         name, sep, value = item.partition("=")
         if sep and SECRET_NAME.search(name):  # NAME=value, --api-key=value, a.b.TOKEN=value
             out.append(f"{name}={_redact_value(value)}")
+        elif sep and value.lstrip().startswith("{"):  # server.args={api-key: X}
+            out.append(f"{name}={_FLOW_ENTRY.sub(_redact_flow_entry, redact_text(value))}")
         else:
             out.append(redact_text(item))
             hide_next = item.startswith("-") and not sep and bool(SECRET_NAME.search(item))
