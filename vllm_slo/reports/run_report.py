@@ -106,10 +106,13 @@ def load_run(run_dir: Path) -> LoadedRun:
     written = RunStatus.read(run_dir)
     status = written or RunStatus()
     table = load_samples(run_dir)
-    series = run_series(table, scenario.traffic.duration_s)
+    # stopped before its planned end: rates over the span up to when traffic stopped
+    cut_short = status.interrupted or bool(status.aborted or status.load_generator_failure)
+    series = run_series(table, scenario.traffic.duration_s, cut_short=cut_short)
     summary = summarize(series)
     parts = {name: (part, summarize(part)) for name, part in series_by_profile(
-        table, scenario.traffic.duration_s, scenario.traffic.profile == "mix").items()}
+        table, scenario.traffic.duration_s, scenario.traffic.profile == "mix",
+        cut_short).items()}
     slo_results = evaluate_slos(scenario.slo.rules(), series, summary, parts=parts)
     invalid = invalid_measurement_reasons(summary, status.server_failure,
                                           status.load_generator_failure,

@@ -68,6 +68,8 @@ def cell_value(series: RunSeries, cell: str) -> float | None:
     metric = parsed.metric
     if metric.kind is MetricKind.FRACTION:  # error_rate: the failed share of the requests
         return series.failed / series.requests if series.requests else None
+    if metric.kind is MetricKind.RATE:  # its count over the span measured, not a bin mean
+        return series.rate_per_s(metric.name)
     values: np.ndarray = getattr(series, metric.series_field)
     if values.size == 0:
         return None
