@@ -19,11 +19,16 @@ request, interrupted).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
+from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
 
@@ -194,8 +199,61 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     return int(result.exit_code)
 
 
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class StopSignals:
+    """SIGINT/SIGTERM handler: the first signal raises KeyboardInterrupt (the run stops its
+    server and Locust, saves its rows and renders its report); a second one while that goes
+    on is acknowledged, not obeyed (an impatient Ctrl-C would otherwise cut the teardown and
+    lose samples.parquet and summary.json); a third quits at once."""
+
+    def __init__(self, complain: Writer) -> None:
+        self.complain = complain
+        self.count = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self.count == 2:
+            self.complain("vllm-slo: stopping already: the server and Locust are being "
+                          "stopped and the rows saved; signal once more to quit at once")
+            return
+        raise KeyboardInterrupt
+
+
+# one line on the terminal, however long what an error carries (an alias-bombed YAML value)
+MAX_MESSAGE_CHARS = 4_000
+INTERRUPTED_MESSAGE = (
+    "vllm-slo: interrupted before the report was written (exit 4, not a verdict); a run "
+    "folder's rows are in its samples/*.arrows: `vllm-slo report RUN_DIR` renders them")
+
+
+def _capped(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return (f"{message[:MAX_MESSAGE_CHARS]} … ({len(message) - MAX_MESSAGE_CHARS:,} more "
+            "characters left out)")
+
+
+def crash_log_path() -> Path:
+    """Where an unexpected exception's traceback goes: the system's temporary folder (a
+    runs folder may not exist, may be what failed, and holds run folders only)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(tempfile.gettempdir()) / f"vllm-slo-crash-{stamp}-{os.getpid()}.log"
+
+
+def _report_crash(error: BaseException, arguments: Sequence[str], complain: Writer) -> int:
+    """An exception the suite did not raise on purpose: its traceback to a log file, one line
+    to the terminal, exit 4 (never 1, which says an SLO or a gate failed)."""
+    path = crash_log_path()
+    detail = "".join(traceback.format_exception(error))
+    try:
+        path.write_text(redact_text(
+            f"vllm-slo {' '.join(redact_secrets(list(arguments)))}\n\n{detail}"))
+        where = f"the traceback is in {path}"
+    except OSError as log_error:
+        where = f"no traceback log ({path}: {log_error.strerror})"
+    first_line = redact_text((str(error).strip().splitlines() or [""])[0][:300])
+    complain(f"vllm-slo: internal error (exit 4, not a verdict): {type(error).__name__}"
+             f"{': ' + first_line if first_line else ''}; {where}")
+    return int(ExitCode.INVALID_MEASUREMENT)
 
 
 def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
@@ -208,15 +266,21 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
         options = _parser().parse_args(arguments)
     except SystemExit as exit_:
         return ExitCode.USAGE_ERROR if exit_.code else ExitCode.PASS
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    stop = StopSignals(complain)
+    signal.signal(signal.SIGTERM, stop)
     # Ctrl-C stops a run even when the CLI was started with SIGINT ignored (a background job
     # of a non-interactive shell inherits SIG_IGN, and Python then keeps it)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, stop)
     try:
         return _dispatch(options, say)
     except SloSuiteError as error:
-        complain(f"vllm-slo: error: {error}")
+        complain(_capped(f"vllm-slo: error: {error}"))
         return int(error.exit_code)
+    except KeyboardInterrupt:  # a signal outside the run's own handling (or a third one)
+        complain(INTERRUPTED_MESSAGE)
+        return int(ExitCode.INVALID_MEASUREMENT)
+    except Exception as error:  # a crash must never read as a verdict
+        return _report_crash(error, arguments, complain)
 
 
 if __name__ == "__main__":
