@@ -51,7 +51,7 @@ def trial_folder_name(position: int, variant: str, trial: int) -> str:
 
 def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
     arms = resolve_variants(scenario)
-    if scenario.trials == 1 and list(arms) == [""]:
+    if scenario.max_trials == 1 and list(arms) == [""]:
         return run_scenario(scenario, runs_root, say)
     # every arm's server args through vLLM's parser before the first trial starts a server
     validate_server_args([(name, arm.server) for name, arm in arms.items()],
@@ -59,9 +59,9 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
     run_dir = new_run_dir(runs_root, scenario.name)
     (run_dir / SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
-    order = trial_order(list(arms), scenario.trials)
+    order = trial_order(list(arms), scenario.max_trials)
     sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
-    say(f"experiment: {len(arms)} variant(s) × {scenario.trials} trial(s), order {sequence}")
+    say(f"experiment: {len(arms)} variant(s) × {scenario.max_trials} trial(s), order {sequence}")
     if scenario.side_by_side is not None:
         interrupted = _run_side_by_side(scenario, arms, order, run_dir, say)
         rendered = render_experiment(run_dir, interrupted=interrupted)
@@ -86,7 +86,7 @@ def _run_side_by_side(scenario: Scenario, arms: dict[str, Scenario],
     spec = scenario.side_by_side
     assert spec is not None
     names = list(arms)
-    for round_index in range(scenario.trials):
+    for round_index in range(scenario.max_trials):
         start = round_index * len(names)
         placed = []
         for position, (name, trial) in enumerate(order[start:start + len(names)],
@@ -96,7 +96,7 @@ def _run_side_by_side(scenario: Scenario, arms: dict[str, Scenario],
                                       place(arms[name], devices),
                                       run_dir / TRIALS_DIR / trial_folder_name(
                                           position, name, trial)))
-        say(f"\n=== round {round_index + 1}/{scenario.trials}, side by side: "
+        say(f"\n=== round {round_index + 1}/{scenario.max_trials}, side by side: "
             + "; ".join(trial.label for trial in placed) + " ===")
         results, stopped = run_round(placed, say)
         if stopped or any(INTERRUPTED_REASON in rendered.summary["invalid_reasons"]

@@ -251,6 +251,8 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
                 max_model_len=ready.max_model_len, server_url=server.base_url,
                 server_pid=getattr(server, "pid", None),
                 server_instance={**server.instance(), "label": spec.instance})
+            if spec.url is None:  # a launch's start-up: what the next experiment plans with
+                provenance = provenance.updated(server_ready_after_s=ready.ready_after_s)
             provenance.write(run_dir, redact_secrets)
             plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
                                 ready.max_model_len, run_dir, api_key)

@@ -139,7 +139,7 @@ class Tune:
         self.scenario, self.spec, self.run_dir, self.say = scenario, scenario.tune, run_dir, say
         self.base = resolve_variants(scenario)[""]
         self.base_args = dict(self.base.server.engine_args)
-        self.trials_per_candidate = self.spec.trials or scenario.trials
+        self.trials_per_candidate = self.spec.trials or scenario.max_trials
         self.platform = platform_of(scenario.server)
         self.candidates: dict[str, Candidate] = {}
         self.by_args: dict[tuple[tuple[str, str], ...], str] = {}

@@ -115,6 +115,10 @@ def apply_override(document: dict[str, Any], override: Override) -> None:
     parts = override.dotted_key.split(".")
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)
+        if depth == 0 and part == "trials" and not isinstance(child, dict):
+            # `trials: N` is {min: N, max: N}: `trials.max=8` makes it sequential
+            count = 1 if child is None else child
+            child = node[part] = {"min": count, "max": count}
         if child is None:
             child = node[part] = {}
         elif not isinstance(child, dict):

@@ -25,7 +25,18 @@ from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_serv
 from vllm_slo.scenarios.slo import SloRule, parse_abort_error_rate, parse_rule
 from vllm_slo.scenarios.units import parse_duration_s
 
-Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
+MAX_DURATION_S = 7 * 86_400.0  # any duration or timeout of a scenario: at most a week
+MAX_RATE = 100_000.0  # requests (or users spawned) per second
+MAX_NAME_CHARS = 100  # a scenario's or variant's name is part of a folder's name
+
+
+def _at_most_a_week(seconds: float) -> float:
+    if not seconds <= MAX_DURATION_S:  # also NaN
+        raise ValueError(f"at most 7 days ({MAX_DURATION_S:.0f} s), got {seconds:g} s")
+    return seconds
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration_s), AfterValidator(_at_most_a_week)]
 # what server.devices sets: GPUs on a GPU, the OpenMP threads' cores on vLLM's CPU build
 DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
@@ -133,7 +144,8 @@ class StageSpec(Frozen):
     """One step of a `stages` load: a request rate (open loop) or a user count (closed)."""
 
     duration_s: Seconds = Field(alias="duration", gt=0)
-    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    rate: float | None = Field(None, gt=0, le=MAX_RATE,
+                               description="requests per second (open loop)")
     users: int | None = Field(None, ge=1, le=100_000, description="concurrent users (closed)")
 
     @model_validator(mode="after")
@@ -159,9 +171,11 @@ class ArrivalSpec(Frozen):
 
     kind: Literal["closed", "poisson", "gamma", "constant", "stages"] = "closed"
     users: int = Field(8, ge=1, le=100_000)
-    spawn_rate: float = Field(4.0, gt=0, description="users started per second (closed)")
+    spawn_rate: float = Field(4.0, gt=0, le=MAX_RATE,
+                              description="users started per second (closed)")
     think_time_s: Seconds = Field(0.0, alias="think_time", ge=0)
-    rate: float | None = Field(None, gt=0, description="requests per second (open loop)")
+    rate: float | None = Field(None, gt=0, le=MAX_RATE,
+                               description="requests per second (open loop)")
     burstiness: float = Field(1.0, gt=0)
     max_in_flight: int = Field(256, ge=1, le=100_000)
     stages: list[StageSpec] = Field(default_factory=list)
@@ -414,7 +428,11 @@ class CompareSpec(Frozen):
         default_factory=lambda: list(DEFAULT_COMPARED_CELLS),
         description="metric.statistic cells; Holm-corrected as one family per pair")
     alpha: float = Field(0.05, gt=0, lt=1)
-    effect: float = Field(0.10, gt=0, lt=10, description="relative effect to plan trials for")
+    effect: float = Field(0.10, gt=0, lt=10, description="relative effect to plan trials for; "
+                          "a sequential design's equivalence margin (±effect)")
+    test: Literal["welch-log", "mann-whitney"] = Field(
+        "welch-log", description="the per-trial test of a sequential design's looks and of "
+        "the design check: Welch t on logarithms, or Mann-Whitney U (docs/statistics.md)")
 
 
 class AbortSpec(Frozen):
@@ -549,14 +567,70 @@ class TuneSpec(Frozen):
         return self
 
 
+MAX_TRIALS = 1000
+
+
+def _trials_mapping(value: object) -> object:
+    """`trials: N` is `{min: N, max: N}` (a fixed count); a mapping is read as it is."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number of trials or {{min: N, max: M, budget: "
+                         f"DURATION}}, got {value!r}")
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_TRIALS:
+            raise ValueError(f"expected 1 to {MAX_TRIALS} trials per variant, got {value}")
+        return {"min": value, "max": value}
+    if isinstance(value, TrialsSpec | dict):
+        return value
+    raise ValueError(f"expected a whole number of trials or {{min: N, max: M, budget: "
+                     f"DURATION}}, got {value!r}")
+
+
+class TrialsSpec(Frozen):
+    """Trials per variant: a fixed count (`trials: 5`, min = max) or a sequential design
+    (`trials: {min: 3, max: 10, budget: 15m}`): interleaved rounds, one trial per variant each,
+    from `min` on the compared cells are tested after every round and the experiment stops
+    once each is decided (changed, or equivalent within compare.effect), at `max`, or when
+    another round would pass `budget` (wall time)."""
+
+    min: int = Field(ge=1, le=MAX_TRIALS, description="trials per variant before the first look")
+    max: int = Field(ge=1, le=MAX_TRIALS, description="trials per variant at most")
+    budget_s: Seconds | None = Field(
+        None, alias="budget", gt=0,
+        description="wall time: no round starts that would end past it (estimated from the "
+                    "rounds so far)")
+
+    @model_validator(mode="after")
+    def _min_up_to_max(self) -> TrialsSpec:
+        if self.min > self.max:
+            raise ValueError(f"trials.min = {self.min} is more than trials.max = {self.max}")
+        return self
+
+    @property
+    def sequential(self) -> bool:
+        return self.min < self.max
+
+    def to_yaml(self) -> int | dict[str, Any]:
+        """A fixed count as the integer a user writes; otherwise the mapping."""
+        if not self.sequential and self.budget_s is None:
+            return self.max
+        document: dict[str, Any] = {"min": self.min, "max": self.max}
+        if self.budget_s is not None:
+            document["budget"] = self.budget_s
+        return document
+
+
 class Scenario(Frozen):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME_CHARS)
     description: str = ""
     server: ServerSpec = Field(default_factory=ServerSpec)
     traffic: TrafficSpec = Field(default_factory=TrafficSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
-    trials: int = Field(1, ge=1, le=1000, description="repeated runs per variant")
-    variants: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+    trials: Annotated[TrialsSpec, BeforeValidator(_trials_mapping)] = Field(
+        default_factory=lambda: TrialsSpec(min=1, max=1),
+        description="repeated runs per variant: N, or {min: N, max: M, budget: DURATION} "
+                    "(sequential: stop once the compared cells are decided)")
+    variants: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                                        max_length=MAX_NAME_CHARS)],
                    dict[str, Any]] = Field(
         default_factory=dict,
         description="arms: name -> partial scenario (server/traffic/slo) merged onto the base")
@@ -607,6 +681,32 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _sequential_trials_compare_variants(self) -> Scenario:
+        trials = self.trials
+        if trials.sequential and not self.variants:
+            raise ValueError(
+                f"trials: {{min: {trials.min}, max: {trials.max}}} stops once the variants' "
+                "compared cells are decided: it needs variants to compare (or give a fixed "
+                "count, trials: N)")
+        if trials.sequential and trials.min < 2:
+            raise ValueError(f"trials.min = {trials.min}: a comparison needs at least 2 "
+                             "trials per variant before its first look (trials.min >= 2)")
+        if trials.budget_s is not None and self.tune is not None:
+            raise ValueError("trials.budget is for experiments (vllm-slo run); a tune runs "
+                             "tune.trials per candidate")
+        return self
+
+    @property
+    def min_trials(self) -> int:
+        """Trials per variant before the first look (a fixed count: the count)."""
+        return self.trials.min
+
+    @property
+    def max_trials(self) -> int:
+        """Trials per variant at most (a fixed count: the count)."""
+        return self.trials.max
+
+    @model_validator(mode="after")
     def _tune_without_variants(self) -> Scenario:
         if self.tune is not None and self.variants:
             raise ValueError("tune and variants do not mix: the tune's candidates are its "
@@ -630,12 +730,14 @@ class Scenario(Frozen):
         document.pop("variants")
         document.pop("tune", None)
         document.pop("side_by_side", None)
+        document["trials"] = self.max_trials  # an arm is one trial's scenario: no design
         return document
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved scenario as the user would write it (aliases, durations in seconds);
         `tune`, `side_by_side` and `server.devices` only when set."""
         document = self.model_dump(mode="json", by_alias=True)
+        document["trials"] = self.trials.to_yaml()
         for key in ("tune", "side_by_side"):
             if document[key] is None:
                 del document[key]

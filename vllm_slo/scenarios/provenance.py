@@ -43,6 +43,7 @@ class Provenance(BaseModel):
     server_url: str | None = None
     server_pid: int | None = None
     server_instance: dict[str, Any] | None = None
+    server_ready_after_s: float | None = None  # a launched server: start until ready
     # the traffic
     plan: dict[str, Any] | None = None  # requests, sha256, tokenizer, trimmed ...
     prefix_cache_reset: str | None = None

@@ -390,7 +390,7 @@ def side_by_side_warnings(scenario: Scenario) -> list[str]:
     if spec is None:
         return []
     names = list(scenario.variants)
-    rounds = scenario.trials
+    rounds = scenario.max_trials
     seen = {name: [spec.slot_of(k, r) for r in range(rounds)] for k, name in enumerate(names)}
     placement = "; ".join(
         f"{name} on " + ", ".join("[" + ",".join(map(str, slot)) + "]" for slot in slots)
@@ -433,7 +433,7 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
     slos = [slo for variant in variants for slo in variant.slos]
     summary = ExperimentSummary(
         kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),
-        cells=cells, trials_per_variant=scenario.trials, variants=tuple(variants),
+        cells=cells, trials_per_variant=scenario.max_trials, variants=tuple(variants),
         comparisons=compared.comparisons, planning=compared.planning,
         provenance_differences=provenance_differences(groups), benchstat=compared.benchstat,
         exit_code=int(choose_exit_code(slos, invalid)), invalid_reasons=tuple(invalid),
