@@ -8,6 +8,14 @@
 # --runs-dir /tmp/claims; the device's vLLM comes from the recipe (docs/gpu.md), sourced by
 # the caller: eval "$(bash .gpu/recipe/device.sh env)". Results go to docs/results/h200/.
 # CLAIM_ARGS (optional): overrides appended to every command (e.g. a short trial to try it).
+# CLAIMS_END (optional, epoch seconds): the last moment a trial may still be running (leave
+#   time for `collect` after it). A watchdog sends the run SIGTERM (the suite stops, keeps the
+#   trials done and renders the experiment as interrupted) when a trial starts that would end
+#   past CLAIMS_END, a trial's length estimated as the longest gap between trial starts so far
+#   (CLAIMS_TRIAL_S before the second start, default 150), or when CLAIMS_END passes. Later
+#   scenarios in the list are then skipped.
+# CLAIMS_PYTHON_DIR (optional): run `python3 -m vllm_slo` from this directory (e.g. an exported
+#   commit, so another person's uncommitted edits in the checkout do not travel into the run).
 set -uo pipefail
 CLAIMS=/tmp/claims
 DRIVER_LOG=$CLAIMS/driver.log
@@ -23,13 +31,45 @@ start() {
       local command=run
       [ "$name" = h200-tune ] && command=tune
       echo "echo \"=== \$(date -u +%T) $command $name\""
-      echo "python3 -m vllm_slo --runs-dir $CLAIMS $command scenario=$name ${CLAIM_ARGS:-}; echo \"=== exit \$? $name\""
+      echo "[ -f $CLAIMS/stop ] && { echo '=== skipped $name: past CLAIMS_END'; echo '=== all done'; exit 0; }"
+      echo "(cd ${CLAIMS_PYTHON_DIR:-.} && exec python3 -m vllm_slo --runs-dir $CLAIMS $command scenario=$name ${CLAIM_ARGS:-}) &"
+      echo "echo \$! > $CLAIMS/run.pid; wait \$!; echo \"=== exit \$? $name\""
     done
     echo "echo '=== all done'"
   } > "$script"
+  rm -f "$CLAIMS/stop"
   setsid nohup bash "$script" > "$DRIVER_LOG" 2>&1 < /dev/null &
   echo $! > "$CLAIMS/driver.pid"
   echo "started $* (pid $!), log $DRIVER_LOG"
+  if [ -n "${CLAIMS_END:-}" ]; then
+    cp "$0" "$CLAIMS/claims.sh"  # the checkout may be re-copied while this runs
+    setsid nohup bash "$CLAIMS/claims.sh" _watchdog "$CLAIMS_END" "${CLAIMS_TRIAL_S:-150}" \
+      >> "$CLAIMS/watchdog.log" 2>&1 < /dev/null &
+    echo "watchdog: no trial past $(date -u -d @"$CLAIMS_END" +%T) (in $((CLAIMS_END - $(date +%s))) s)"
+  fi
+}
+
+watchdog() { # END TRIAL_S: SIGTERM the run when a trial starts that cannot end by END
+  local end=$1 trial_s=$2 seen=0 last=0 longest=0 count now
+  while kill -0 "$(cat "$CLAIMS/driver.pid")" 2>/dev/null; do
+    now=$(date +%s)
+    count=$(grep -c "^=== trial " "$DRIVER_LOG" 2>/dev/null)
+    if [ "${count:-0}" -gt "$seen" ]; then
+      [ "$last" -gt 0 ] && [ $((now - last)) -gt "$longest" ] && longest=$((now - last))
+      [ "$longest" -gt 0 ] && trial_s=$longest
+      seen=$count; last=$now
+      echo "$(date -u +%T) trial start $count; estimate ${trial_s} s; $((end - now)) s left"
+      if [ $((now + trial_s)) -gt "$end" ]; then
+        echo "$(date -u +%T) stop: trial $count would end past CLAIMS_END"
+        touch "$CLAIMS/stop"; kill -TERM "$(cat "$CLAIMS/run.pid")" 2>/dev/null
+      fi
+    fi
+    if [ "$now" -gt "$end" ] && [ ! -f "$CLAIMS/stop" ]; then
+      echo "$(date -u +%T) stop: CLAIMS_END passed"
+      touch "$CLAIMS/stop"; kill -TERM "$(cat "$CLAIMS/run.pid")" 2>/dev/null
+    fi
+    sleep 2
+  done
 }
 
 wait_for() {
@@ -62,5 +102,6 @@ case ${1:-} in
   start) shift; start "$@" ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
+  _watchdog) watchdog "$2" "$3" ;;
   *) echo "usage: $0 start SCENARIO... | wait SECONDS | collect"; exit 2 ;;
 esac
