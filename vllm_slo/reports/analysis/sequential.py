@@ -42,6 +42,8 @@ from vllm_slo.reports.analysis.trial_statistics import (
 TrialTest = Literal["welch-log", "mann-whitney"]
 CellDecisionWord = Literal["changed", "equivalent", "undecided"]
 TRIAL_TESTS: tuple[TrialTest, ...] = ("welch-log", "mann-whitney")
+SpendingFunction = Literal["obrien-fleming", "pocock"]
+SPENDING_FUNCTIONS: tuple[SpendingFunction, ...] = ("obrien-fleming", "pocock")
 
 #: Trials per arm beyond which a sequential design is refused (its boundaries would take long to
 #: integrate, and no experiment on real servers runs that many).
@@ -64,6 +66,7 @@ class SequentialDesign:
     effect: float
     cells: int
     test: TrialTest = "welch-log"
+    spending: SpendingFunction = "obrien-fleming"
 
     def __post_init__(self) -> None:
         if self.min_trials < 1:
@@ -81,6 +84,9 @@ class SequentialDesign:
             raise ValueError(f"cells must be >= 1, got {self.cells}")
         if self.test not in TRIAL_TESTS:
             raise ValueError(f"test must be one of {', '.join(TRIAL_TESTS)}, got {self.test!r}")
+        if self.spending not in SPENDING_FUNCTIONS:
+            raise ValueError(f"spending must be one of {', '.join(SPENDING_FUNCTIONS)}, got "
+                             f"{self.spending!r}")
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -125,14 +131,20 @@ class DesignCheck:
 # alpha spending and group-sequential boundaries
 
 
-def spending(fraction: float, level: float, sided: int = 2) -> float:
-    """Lan-DeMets O'Brien-Fleming-type spending: the error spent by information fraction t.
+def spending(fraction: float, level: float, sided: int = 2,
+             function: SpendingFunction = "obrien-fleming") -> float:
+    """The error spent by information fraction t (Lan & DeMets 1983).
 
-    Two-sided ``2 - 2 Phi(z_{1-level/2} / sqrt(t))``, one-sided ``1 - Phi(z_{1-level} /
-    sqrt(t))``; 0 at t = 0, ``level`` at t = 1."""
+    O'Brien-Fleming type: two-sided ``2 - 2 Phi(z_{1-level/2} / sqrt(t))``, one-sided
+    ``1 - Phi(z_{1-level} / sqrt(t))``; Pocock type: ``level log(1 + (e - 1) t)``. 0 at t = 0,
+    ``level`` at t = 1."""
     if fraction <= 0.0:
         return 0.0
-    t = min(fraction, 1.0)
+    if fraction >= 1.0:
+        return level  # exactly: a fixed design's one look is the fixed test
+    t = fraction
+    if function == "pocock":
+        return float(level * math.log1p((math.e - 1.0) * t))
     if sided == 2:
         return float(2.0 * stats.norm.sf(stats.norm.isf(level / 2.0) / math.sqrt(t)))
     return float(stats.norm.sf(stats.norm.isf(level) / math.sqrt(t)))
@@ -152,18 +164,18 @@ def _crossing_excess(b: float, u: np.ndarray, weights: np.ndarray, root_prev: fl
 
 
 @lru_cache(maxsize=512)
-def nominal_levels(looks: tuple[int, ...], max_trials: int, level: float, sided: int = 2
-                   ) -> tuple[float, ...]:
+def nominal_levels(looks: tuple[int, ...], max_trials: int, level: float, sided: int = 2,
+                   function: SpendingFunction = "obrien-fleming") -> tuple[float, ...]:
     """Nominal p-value levels, one per look, of the group-sequential design that spends
-    ``spending(n / max_trials, level, sided)`` by look n: boundaries ``b_k`` on the z scale with
-    P(first crossing at look k) equal to the spending increment, for the canonical joint
+    ``spending(n / max_trials, level, sided, function)`` by look n: boundaries ``b_k`` on the z
+    scale with P(first crossing at look k) equal to the spending increment, for the canonical joint
     distribution (independent increments, information proportional to trials), by recursive
     numerical integration (Jennison & Turnbull 2000, ch. 19); level = ``2 Phi(-b_k)`` two-sided,
     ``Phi(-b_k)`` one-sided. One look: ``(level,)`` exactly."""
     if sided not in (1, 2):
         raise ValueError(f"sided must be 1 or 2, got {sided}")
     check_alpha(level)
-    spent = [spending(n / max_trials, level, sided) for n in looks]
+    spent = [spending(n / max_trials, level, sided, function) for n in looks]
     increments = np.diff([0.0, *spent])
     tail = 2.0 if sided == 2 else 1.0
     result: list[float] = []
@@ -220,11 +232,13 @@ def alpha_spent(design: SequentialDesign, trials_per_arm: int) -> float:
     """Familywise error (two-sided, change test) spent by the look at ``trials_per_arm``."""
     if trials_per_arm < design.min_trials:
         return 0.0
-    return spending(min(trials_per_arm, design.max_trials) / design.max_trials, design.alpha)
+    return spending(min(trials_per_arm, design.max_trials) / design.max_trials, design.alpha, 2,
+                    design.spending)
 
 
 def _levels(design: SequentialDesign, level: float, sided: int) -> np.ndarray:
-    return np.asarray(nominal_levels(design.looks, design.max_trials, level, sided))
+    return np.asarray(nominal_levels(design.looks, design.max_trials, level, sided,
+                                     design.spending))
 
 
 def look_alpha(design: SequentialDesign, trials_per_arm: int) -> float:
@@ -370,7 +384,7 @@ def decision_words(first_changed: np.ndarray, first_equivalent: np.ndarray, look
     (both at one look: changed)."""
     changed = (first_changed <= look) & (first_changed <= first_equivalent)
     equivalent = (first_equivalent <= look) & ~changed
-    return np.where(changed, 1, np.where(equivalent, 2, 0))
+    return np.asarray(np.where(changed, 1, np.where(equivalent, 2, 0)), dtype=int)
 
 
 # --------------------------------------------------------------------------------------------
