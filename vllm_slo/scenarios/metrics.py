@@ -8,14 +8,24 @@ A *cell* is `metric.statistic` (`ttft.p50`, `itl.mean`, `output_throughput.mean`
 `error_rate.rate`), optionally for one part of a mix (`chat:itl.p99`). There is one spelling
 per cell: the cell an SLO rule reads (`SloRule.cell`) is the one `compare.cells` accepts.
 Pure: no I/O, no imports from other layers.
+
+Each entry names its *sample source*, a function of the run's measured series (`MeasuredRun`,
+which `reports.analysis.run_metrics.RunSeries` is): a rate over data a run already holds is
+one `register_metric(Metric(...))` call in one module, and is at once an `slo:` key, a cell
+of `compare.cells` and trials, a verdict and a line of the reports (tests/support/send_rate.py
+is such a module).
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
 
 from vllm_slo.scenarios.units import format_duration_s
 
@@ -36,6 +46,54 @@ def format_per_second(value: float) -> str:
     return f"{value:,.1f}"
 
 
+class MeasuredRun(Protocol):
+    """What a metric's sample source reads: one run's (or one part's) measured series, as
+    `reports.analysis.run_metrics.RunSeries` holds it (mypy checks that it is one; durations
+    in seconds, Unix times in seconds, rates per second in each bin of the rate span)."""
+
+    @property
+    def ttft_s(self) -> np.ndarray: ...
+    @property
+    def itl_s(self) -> np.ndarray: ...
+    @property
+    def tpot_s(self) -> np.ndarray: ...
+    @property
+    def e2e_s(self) -> np.ndarray: ...
+    @property
+    def send_lag_s(self) -> np.ndarray: ...
+    @property
+    def window_start_unix_s(self) -> float | None: ...
+    @property
+    def window_s(self) -> float: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def output_tokens_per_bin(self) -> np.ndarray: ...
+    @property
+    def completions_per_bin(self) -> np.ndarray: ...
+    @property
+    def prompt_tokens(self) -> np.ndarray: ...
+    @property
+    def output_tokens(self) -> np.ndarray: ...
+    @property
+    def measured_ok(self) -> np.ndarray: ...
+    @property
+    def measured_send_unix_s(self) -> np.ndarray: ...
+    @property
+    def measured_latency_s(self) -> Mapping[str, np.ndarray]: ...
+    @property
+    def span_s(self) -> float: ...
+    def bin_widths(self) -> np.ndarray: ...
+
+
+# a metric's values in one run: per request or per gap (latency: seconds), or per second in
+# each 1-s bin of the rate span, time-ordered (rate: its count over the span is the dot
+# product with `bin_widths()` over their sum)
+SampleSource = Callable[[MeasuredRun], np.ndarray]
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     name: str
@@ -43,10 +101,11 @@ class Metric:
     title: str  # a figure's or a table's heading
     unit: str  # printed after a value: "tok/s", "req/s"; "" where the value carries it
     lower_is_better: bool
-    # where a run holds it: the RunSeries attribute with its values (per request, per gap or
-    # per 1-s bin) and the RunSummary attribute with its estimate ("" for a latency metric,
-    # whose estimates are RunSummary.metrics[name]; "" for the fraction's series: counts)
-    series_field: str
+    # where a run holds it: its sample source (None for the fraction, whose counts are the
+    # series' `failed` of `requests`) and the RunSummary attribute with its estimate ("" for a
+    # latency metric, whose estimates are RunSummary.metrics[name], and for a registered rate,
+    # whose estimate is made from its samples where a verdict needs it)
+    samples: SampleSource | None
     summary_field: str
     sampled_per: str  # what one value of its series is: "request", "gap", "1-s bin", ""
 
@@ -90,24 +149,62 @@ class Metric:
         return f"{self.name}.{'p50' if self.kind is MetricKind.LATENCY else self.statistics}"
 
 
-METRICS: MappingProxyType[str, Metric] = MappingProxyType({metric.name: metric for metric in (
-    Metric("ttft", MetricKind.LATENCY, "Time to first token", "", True, "ttft_s", "",
-           "request"),
-    Metric("itl", MetricKind.LATENCY, "Inter-token latency", "", True, "itl_s", "", "gap"),
-    Metric("tpot", MetricKind.LATENCY, "Time per output token", "", True, "tpot_s", "",
-           "request"),
-    Metric("e2e", MetricKind.LATENCY, "End-to-end latency", "", True, "e2e_s", "", "request"),
-    Metric("error_rate", MetricKind.FRACTION, "Error rate", "", True, "", "error_rate", ""),
+_REGISTERED: dict[str, Metric] = {metric.name: metric for metric in (
+    Metric("ttft", MetricKind.LATENCY, "Time to first token", "", True,
+           lambda run: run.ttft_s, "", "request"),
+    Metric("itl", MetricKind.LATENCY, "Inter-token latency", "", True,
+           lambda run: run.itl_s, "", "gap"),
+    Metric("tpot", MetricKind.LATENCY, "Time per output token", "", True,
+           lambda run: run.tpot_s, "", "request"),
+    Metric("e2e", MetricKind.LATENCY, "End-to-end latency", "", True,
+           lambda run: run.e2e_s, "", "request"),
+    Metric("error_rate", MetricKind.FRACTION, "Error rate", "", True, None, "error_rate", ""),
     Metric("output_throughput", MetricKind.RATE, "Output throughput", "tok/s", False,
-           "output_tokens_per_bin", "output_tokens_per_s", "1-s bin"),
+           lambda run: run.output_tokens_per_bin, "output_tokens_per_s", "1-s bin"),
     Metric("request_throughput", MetricKind.RATE, "Request throughput", "req/s", False,
-           "completions_per_bin", "requests_per_s", "1-s bin"),
-)})
+           lambda run: run.completions_per_bin, "requests_per_s", "1-s bin"),
+)}
+BUILT_IN_METRICS = tuple(_REGISTERED)
+# every registered metric (a read-only view: register_metric adds to it)
+METRICS: MappingProxyType[str, Metric] = MappingProxyType(_REGISTERED)
 LATENCY_METRICS = tuple(name for name, m in METRICS.items() if m.kind is MetricKind.LATENCY)
 RATE_METRICS = tuple(name for name, m in METRICS.items() if m.kind is MetricKind.RATE)
 # the latencies of whole requests: a request meets or misses each (vLLM bench's goodput set)
 PER_REQUEST_LATENCY_METRICS = tuple(name for name in LATENCY_METRICS
                                     if METRICS[name].sampled_per == "request")
+
+
+_METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_RESERVED_KEYS = ("by_profile",)  # other keys of an `slo:` block
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Adds a rate metric computed from data every run holds (its `samples`: the per-second
+    value in each 1-s bin of the rate span); returns it. From then on it is an `slo:` key
+    (`name: "> N unit"`), a cell (`name.mean`), a verdict and a report line. A new latency or
+    fraction metric is also a column of summaries and figures: that one is a built-in entry
+    above. ValueError on a taken or malformed name, another kind, or a missing part."""
+    if not _METRIC_NAME.match(metric.name) or metric.name in _RESERVED_KEYS:
+        raise ValueError(f"a metric's name is lower_snake_case and not "
+                         f"{', '.join(_RESERVED_KEYS)}, got {metric.name!r}")
+    if metric.name in _REGISTERED:
+        raise ValueError(f"metric {metric.name!r} is already registered")
+    if metric.kind is not MetricKind.RATE:
+        raise ValueError(f"register_metric adds rate metrics; {metric.name!r} is "
+                         f"{metric.kind.value} (a built-in entry of metrics.py)")
+    if metric.samples is None or not metric.unit or metric.summary_field:
+        raise ValueError(f"rate metric {metric.name!r} needs its samples (per 1-s bin), a "
+                         "unit such as 'req/s', and no summary_field (RunSummary holds the "
+                         "built-in rates only)")
+    _REGISTERED[metric.name] = metric
+    return metric
+
+
+def unregister_metric(name: str) -> None:
+    """Removes a metric added by `register_metric` (tests that register one clean up)."""
+    if name in BUILT_IN_METRICS:
+        raise ValueError(f"{name!r} is a built-in metric")
+    _REGISTERED.pop(name, None)
 
 
 def metric_named(name: str) -> Metric:

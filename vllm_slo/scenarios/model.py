@@ -12,15 +12,25 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
-from vllm_slo.scenarios.metrics import METRICS, parse_cell, split_cell
+from vllm_slo.scenarios.metrics import (
+    BUILT_IN_METRICS,
+    METRICS,
+    MetricKind,
+    parse_cell,
+    split_cell,
+)
+from vllm_slo.scenarios.model_base import Frozen, validate_registered_keys
 from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
 from vllm_slo.scenarios.slo import SloRule, parse_abort_error_rate, parse_rule
 from vllm_slo.scenarios.units import parse_duration_s
@@ -41,10 +51,6 @@ Seconds = Annotated[float, BeforeValidator(parse_duration_s), AfterValidator(_at
 DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
 _FlagArgs = TypeVar("_FlagArgs", bound=Mapping[str, object])  # keyed by vLLM flag names
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 def _check_flag_name(args: _FlagArgs) -> _FlagArgs:
@@ -353,14 +359,17 @@ class TrafficSpec(Frozen):
         return None
 
 
-def _rules_of(metric: str) -> AfterValidator:
-    """Checks an `slo:` entry of `metric` (a list of rules, or one) by its kind's grammar."""
+def _rules_of(metric: str) -> TypeAdapter[Any]:
+    """An `slo:` entry of `metric`: a list of rules (latency) or one rule (a rate, a fraction;
+    null: none), each checked by its kind's grammar (`slo.parse_rule`)."""
     def check(value: list[str] | str | None) -> list[str] | str | None:
         for text in [value] if isinstance(value, str) else value or []:
             parse_rule(metric, text)
         return value
 
-    return AfterValidator(check)
+    if METRICS[metric].kind is MetricKind.LATENCY:
+        return TypeAdapter(Annotated[list[str], AfterValidator(check)])
+    return TypeAdapter(Annotated[str | None, AfterValidator(check)])
 
 
 def _single_rule(parse: Callable[[str], object]) -> AfterValidator:
@@ -372,26 +381,50 @@ def _single_rule(parse: Callable[[str], object]) -> AfterValidator:
     return AfterValidator(check)
 
 
-class SloRules(Frozen):
-    """The rules of an `slo:` block (and of each part's under `slo.by_profile`): one field per
-    metric of metrics.METRICS (tests/unit/test_metric_registry.py holds them equal); a latency
-    metric takes a list of rules, a rate or a fraction one rule."""
+_Rules = TypeVar("_Rules", bound="SloRules")
 
-    ttft: Annotated[list[str], _rules_of("ttft")] = Field(default_factory=list)
-    itl: Annotated[list[str], _rules_of("itl")] = Field(default_factory=list)
-    tpot: Annotated[list[str], _rules_of("tpot")] = Field(default_factory=list)
-    e2e: Annotated[list[str], _rules_of("e2e")] = Field(default_factory=list)
-    error_rate: Annotated[str | None, _rules_of("error_rate")] = None
-    output_throughput: Annotated[str | None, _rules_of("output_throughput")] = None
-    request_throughput: Annotated[str | None, _rules_of("request_throughput")] = None
+
+class SloRules(Frozen):
+    """The rules of an `slo:` block (and of each part's under `slo.by_profile`), keyed by the
+    metrics of the registry (metrics.METRICS, read when a scenario is validated: a metric
+    registered in one module is an `slo:` key at once): a latency metric takes a list of
+    rules, a rate or a fraction one rule, each parsed by its kind's grammar. Written back
+    (`model_dump`) as the user writes it, every built-in metric included."""
+
+    _written: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def registered_keys(cls) -> Mapping[str, Any]:
+        return {name: (list[str] if metric.kind is MetricKind.LATENCY else str)
+                for name, metric in METRICS.items()}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _metric_keys(cls, data: Any, handler: ModelWrapValidatorHandler[_Rules]) -> _Rules:
+        rules, values = validate_registered_keys(
+            cls, data, {name: _rules_of(name) for name in METRICS}, handler)
+        if values is not None:
+            rules._written = {name: (value,) if isinstance(value, str) else tuple(value)
+                              for name, value in values.items() if value}
+        return rules
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        for name in (*BUILT_IN_METRICS, *(m for m in self._written if m not in BUILT_IN_METRICS)):
+            rules = self._written.get(name, ())
+            latency = name in METRICS and METRICS[name].kind is MetricKind.LATENCY
+            document[name] = list(rules) if latency else (rules[0] if rules else None)
+        fields: dict[str, Any] = handler(self)
+        return {**document, **fields}
+
+    def written(self, metric: str) -> tuple[str, ...]:
+        """The rules of `metric` as written (none: empty)."""
+        return self._written.get(metric, ())
 
     def own_rules(self, profile: str | None = None) -> tuple[SloRule, ...]:
         """Every rule of this block, in the registry's metric order."""
-        rules: list[SloRule] = []
-        for metric in METRICS:
-            value = getattr(self, metric)
-            rules.extend(parse_rule(metric, text)
-                         for text in ([value] if isinstance(value, str) else value or []))
+        rules = [parse_rule(metric, text) for metric in METRICS for text in self.written(metric)]
         return tuple(dataclasses.replace(rule, profile=profile) for rule in rules)
 
 

@@ -92,15 +92,27 @@ class RunSeries:
 
     def rate_per_s(self, metric: str) -> float | None:
         """A rate metric's point value: its count over the span (None: no span)."""
-        per_bin: np.ndarray = getattr(self, METRICS[metric].series_field)
+        per_bin = self.samples(metric)
         widths = self.bin_widths()
         span_s = float(widths.sum())
         return float(np.dot(per_bin, widths)) / span_s if span_s > 0 else None
 
+    def rate_estimate(self, metric: str, confidence: float = 0.95) -> Estimate:
+        """A rate metric's count over the span with its interval (`span_rate_estimate`)."""
+        return span_rate_estimate(self.samples(metric), self.bin_widths(), confidence)
+
+    def samples(self, metric: str) -> np.ndarray:
+        """A metric's values in this run, from its registry entry's sample source: per
+        request or gap (latency), per second in each bin of the rate span (rate)."""
+        source = METRICS[metric].samples
+        if source is None:
+            raise ValueError(f"metric {metric!r} has no sample source (a fraction's are counts)")
+        values: np.ndarray = np.asarray(source(self), dtype=np.float64)
+        return values
+
     def latency(self, metric: str) -> np.ndarray:
-        """A latency metric's values (its registry entry names the field above)."""
-        series: np.ndarray = getattr(self, METRICS[metric].series_field)
-        return series
+        """A latency metric's values (its registry entry's sample source)."""
+        return self.samples(metric)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ def cell_value(series: RunSeries, cell: str) -> float | None:
         return series.failed / series.requests if series.requests else None
     if metric.kind is MetricKind.RATE:  # its count over the span measured, not a bin mean
         return series.rate_per_s(metric.name)
-    values: np.ndarray = getattr(series, metric.series_field)
+    values = series.samples(metric.name)
     if values.size == 0:
         return None
     percentile = parsed.percentile

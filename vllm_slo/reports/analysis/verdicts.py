@@ -114,6 +114,8 @@ def observed_for(rule: SloRule, series: RunSeries, summary: RunSummary,
                  confidence: float = 0.95) -> Estimate:
     registered = metric_named(rule.metric)
     if registered.kind is not MetricKind.LATENCY:  # a rate or a fraction: the run's estimate
+        if not registered.summary_field:  # a registered rate: from its samples
+            return series.rate_estimate(rule.metric, confidence)
         estimate: Estimate = getattr(summary, registered.summary_field)
         return estimate
     metric = summary.metrics[rule.metric]
