@@ -21,6 +21,7 @@ from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.runner import (
     Printer,
     RunOutcome,
+    check_before_run,
     new_run_dir,
     platform_of,
     run_scenario,
@@ -53,6 +54,7 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) ->
     arms = resolve_variants(scenario)
     if scenario.max_trials == 1 and list(arms) == [""]:
         return run_scenario(scenario, runs_root, say)
+    check_before_run(scenario, runs_root)  # usage errors before a folder or a server exists
     # every arm's server args through vLLM's parser before the first trial starts a server
     validate_server_args([(name, arm.server) for name, arm in arms.items()],
                          platform_of(scenario.server))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from vllm_slo.loadtests.locust_launcher import (
 )
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
+from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, load_sharegpt
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.redaction import (
@@ -35,6 +37,7 @@ from vllm_slo.reports.redaction import (
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
 from vllm_slo.scenarios.provenance import Provenance
@@ -58,6 +61,7 @@ Printer = Callable[[str], None]
 # a source checkout (git) when the suite runs from one; an installed wheel has no commit
 SOURCE_CHECKOUT = Path(__file__).resolve().parent.parent
 MAX_CLOSED_LOOP_PLAN = 20_000
+MAX_OPEN_LOOP_PLAN = 10_000_000  # requests a schedule may hold (rate × planned seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,19 @@ class RunOutcome:
     rendered: RenderedRun | None
 
 
+def check_runs_root(runs_root: Path) -> None:
+    """The runs folder can hold run folders: it is a folder, or can become one."""
+    ancestor = runs_root.absolute()
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        what = "it" if ancestor == runs_root.absolute() else f"{ancestor}"
+        raise ScenarioError(f"--runs-dir {runs_root}: {what} is not a folder (a file, a broken "
+                            "link or a link loop); run folders are created inside a folder")
+
+
 def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
+    check_runs_root(runs_root)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     runs_root = runs_root.resolve()  # relative to where the user stands, absolute from here on
     run_dir = runs_root / f"{stamp}-{scenario_name}"
@@ -75,8 +91,52 @@ def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
     while run_dir.exists():
         suffix += 1
         run_dir = runs_root / f"{stamp}-{scenario_name}-{suffix}"
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as error:
+        raise ScenarioError(f"--runs-dir {runs_root}: cannot create the run folder "
+                            f"{run_dir.name}: {error.strerror or error}") from None
     return run_dir
+
+
+def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
+    """What the traffic reads from disk, read before a run folder or a server exists (a usage
+    error must leave no folder and start no server): traffic.tokenizer loads, a ShareGPT file
+    holds at least one well-formed conversation, an open-loop schedule is of a plannable
+    size. `where` names a variant (`variants.b: `)."""
+    if traffic.tokenizer:
+        try:
+            local_token_counter(traffic.tokenizer)
+        except ValueError as error:
+            raise ScenarioError(f"{where}traffic.tokenizer = {traffic.tokenizer!r}: "
+                                f"{error}") from None
+    if traffic.profile == "sharegpt":
+        path = (Path(traffic.sharegpt.path).expanduser() if traffic.sharegpt.path
+                else DEFAULT_SHAREGPT_PATH)
+        try:
+            entries = load_sharegpt(path)
+        except ValueError as error:
+            raise ScenarioError(f"{where}traffic.sharegpt: {error}") from None
+        reasons = [entry for entry in entries if isinstance(entry, str)]
+        if len(reasons) == len(entries):
+            raise ScenarioError(
+                f"{where}traffic.sharegpt: {path}: no entry is a usable conversation "
+                f"({len(entries)} malformed; the first: {reasons[0]})")
+    rate = traffic.arrival.peak_rate()
+    if traffic.arrival.open_loop and rate is not None \
+            and rate * traffic.total_s > MAX_OPEN_LOOP_PLAN:
+        raise ScenarioError(
+            f"{where}traffic.arrival: {rate:g} req/s over {traffic.total_s:g} s plans about "
+            f"{rate * traffic.total_s:,.0f} requests; at most {MAX_OPEN_LOOP_PLAN:,} a run "
+            "(lower the rate or traffic.duration, or split the run)")
+
+
+def check_before_run(scenario: Scenario, runs_root: Path) -> None:
+    """Every usage error a run could meet before its server is up, raised before any folder
+    is made: the runs folder, and each arm's traffic inputs."""
+    check_runs_root(runs_root)
+    for name, arm in resolve_variants(scenario).items():
+        check_traffic_inputs(arm.traffic, f"variants.{name}: " if name else "")
 
 
 def _version(distribution: str) -> str | None:
@@ -180,9 +240,15 @@ def platform_of(spec: ServerSpec) -> str:
 
 
 def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+    check_before_run(scenario, runs_root)
     validate_server_args([("", scenario.server)], platform_of(scenario.server))
     run_dir = new_run_dir(runs_root, scenario.name)
-    exit_code, rendered = run_trial(scenario, run_dir, say)
+    try:
+        exit_code, rendered = run_trial(scenario, run_dir, say)
+    except ScenarioError:  # decided once the server answered (prompts that fit no context)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        say(f"run folder removed: {run_dir} (a usage error; no traffic was sent)")
+        raise
     return RunOutcome(run_dir, exit_code, rendered)
 
 

@@ -49,7 +49,14 @@ from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
 from vllm_slo.reports.trial_folders import load_trial
 from vllm_slo.reports.tune_report import write_tune
-from vllm_slo.runner import Printer, RunOutcome, new_run_dir, platform_of, run_trial
+from vllm_slo.runner import (
+    Printer,
+    RunOutcome,
+    check_before_run,
+    new_run_dir,
+    platform_of,
+    run_trial,
+)
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
@@ -323,6 +330,7 @@ def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOu
     """A new tune folder for the scenario's tune section, searched to its end."""
     tune = Tune(scenario, Path(), say)  # checks the tune section before a folder exists
     tune.check_grid()  # and the grid's args (cached: the search's own check is then instant)
+    check_before_run(scenario, runs_root)  # the traffic's files and the runs folder
     run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
     (run_dir / TUNE_SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))

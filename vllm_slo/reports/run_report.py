@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
+from pydantic import ValidationError
 
 from vllm_slo.reports.analysis.client_health import client_health
 from vllm_slo.reports.analysis.outages import table_outages, table_stalls
@@ -46,15 +46,18 @@ from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.render.junit import render_junit
 from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
 from vllm_slo.reports.render.text import render_table
-from vllm_slo.reports.samples import client_cpu_fractions, load_samples
+from vllm_slo.reports.samples import client_cpu_fractions, read_samples
 from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
+    PROVENANCE_FILE,
     REPORT_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
+    STATUS_FILE,
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
@@ -97,15 +100,58 @@ def read_server_metrics(path: Path) -> list[dict[str, Any]]:
     return read_json_lines(path)
 
 
-def load_run(run_dir: Path) -> LoadedRun:
-    """Read a run folder and build its typed summary document (nothing is written)."""
-    scenario_path = run_dir / SCENARIO_FILE
-    if not scenario_path.is_file():
+def _damage(error: BaseException) -> str:
+    """The first line of why a file could not be read, short."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def read_run_scenario(run_dir: Path) -> Scenario:
+    """The run folder's resolved scenario; a missing, unreadable or invalid scenario.yaml is a
+    ScenarioError naming it (the SLOs come from it: nothing can be judged without it)."""
+    path = run_dir / SCENARIO_FILE
+    if not path.is_file():
         raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
-    scenario = Scenario.model_validate(yaml.safe_load(scenario_path.read_text()))
-    written = RunStatus.read(run_dir)
+    document = read_scenario_document(path)
+    if not isinstance(document, dict):
+        raise ScenarioError(f"{path}: damaged: expected the scenario's mapping, got "
+                            f"{type(document).__name__}")
+    try:
+        return Scenario.model_validate(document)
+    except ValidationError as error:
+        raise ScenarioError(format_validation_error(path, error)) from None
+
+
+def _read_status(run_dir: Path) -> tuple[RunStatus | None, str | None]:
+    """run_status.json, or None when the run never wrote one; a damaged one is read as
+    unknown, with the reason that makes the run invalid (it may have said "interrupted")."""
+    try:
+        return RunStatus.read(run_dir), None
+    except (OSError, ValueError) as error:  # pydantic's ValidationError, UnicodeDecodeError
+        return None, (f"{STATUS_FILE} is damaged ({_damage(error)}): how the run ended is "
+                      "unknown")
+
+
+def _read_provenance(run_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """provenance.json's content; a damaged one is left out of the report, with a warning."""
+    try:
+        return Provenance.read(run_dir).to_json_dict(), None
+    except (OSError, ValueError) as error:
+        return {}, f"{PROVENANCE_FILE} is damaged ({_damage(error)}); provenance left out"
+
+
+def load_run(run_dir: Path) -> LoadedRun:
+    """Read a run folder and build its typed summary document (nothing is written). A
+    damaged samples.parquet is read from the streams, a damaged provenance.json left out (a
+    warning each); a damaged run_status.json makes the run invalid (how it ended is unknown);
+    a damaged scenario.yaml is a ScenarioError naming it."""
+    scenario = read_run_scenario(run_dir)
+    written, status_damage = _read_status(run_dir)
     status = written or RunStatus()
-    table = load_samples(run_dir)
+    samples = read_samples(run_dir)
+    table = samples.table
+    provenance, provenance_damage = _read_provenance(run_dir)
+    read_warnings = [w for w in (samples.warning, provenance_damage) if w is not None]
     # stopped before its planned end: rates over the span up to when traffic stopped
     cut_short = status.interrupted or bool(status.aborted or status.load_generator_failure)
     series = run_series(table, scenario.traffic.duration_s, cut_short=cut_short)
@@ -138,11 +184,13 @@ def load_run(run_dir: Path) -> LoadedRun:
         invalid = (*invalid, f"aborted by abort_on: {status.aborted}")
     if status.interrupted:
         invalid = (*invalid, INTERRUPTED_REASON)
-    if written is None and not (run_dir / SAMPLES_FILE).is_file():
+    if status_damage is not None:
+        invalid = (*invalid, status_damage)
+    elif written is None and not (run_dir / SAMPLES_FILE).is_file():
         invalid = (*invalid, UNFINISHED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
     document = build_summary(
-        run_id=run_dir.name, scenario=scenario, provenance=Provenance.read(run_dir).to_json_dict(),
+        run_id=run_dir.name, scenario=scenario, provenance=provenance,
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
         goodput=goodput(scenario.slo.rules(), series),
@@ -151,7 +199,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
         by_profile={name: part_summary for name, (_, part_summary) in parts.items()},
-        warnings=status.warnings)
+        warnings=[*status.warnings, *read_warnings])
     return LoadedRun(document, series, table, server_records)
 
 

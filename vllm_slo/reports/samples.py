@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.samples_format import (
     ROW_ORDER,
     SAMPLE_SCHEMA,
@@ -63,12 +65,48 @@ def conform(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=SAMPLE_SCHEMA)
 
 
-def load_samples(run_dir: Path) -> pa.Table:
-    """samples.parquet if consolidated, else whatever the streams hold; one chunk a column
-    (the analysis reads the chunk offsets as one flat array: 1 GB for 250 M chunks), and the
-    read buffers handed back to the system."""
+@dataclass(frozen=True, slots=True)
+class LoadedSamples:
+    """A run's rows and, when samples.parquet exists but could not be read, why the rows came
+    from the streams instead (a warning the report shows)."""
+
+    table: pa.Table
+    warning: str | None = None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def read_samples(run_dir: Path) -> LoadedSamples:
+    """samples.parquet if consolidated and readable, else whatever the streams hold (a
+    truncated or corrupt samples.parquet is left as it is and named in the warning); one
+    chunk a column (the analysis reads the chunk offsets as one flat array: 1 GB for 250 M
+    chunks), and the read buffers handed back to the system. A damaged samples.parquet with
+    no stream to fall back on is a ScenarioError naming it."""
     parquet = run_dir / SAMPLES_FILE
-    table = (conform(pq.read_table(parquet)) if parquet.is_file()
-             else read_streams(stream_files(run_dir))).combine_chunks()
+    warning = None
+    if parquet.is_file():
+        try:
+            table = conform(pq.read_table(parquet))
+        except (pa.ArrowException, OSError, ValueError) as error:
+            streams = stream_files(run_dir)
+            if not streams:
+                raise ScenarioError(
+                    f"{parquet} is damaged ({_first_line(error)}) and there is no "
+                    f"{SAMPLES_DIR}/*.arrows to read the rows from") from None
+            table = read_streams(streams)
+            warning = (f"{SAMPLES_FILE} is damaged ({_first_line(error)}); the "
+                       f"{table.num_rows} rows of {SAMPLES_DIR}/*.arrows ({len(streams)} "
+                       "file(s)) were read instead")
+    else:
+        table = read_streams(stream_files(run_dir))
+    table = table.combine_chunks()
     pa.default_memory_pool().release_unused()
-    return table
+    return LoadedSamples(table, warning)
+
+
+def load_samples(run_dir: Path) -> pa.Table:
+    """The run's rows (`read_samples`), without the note on where they came from."""
+    return read_samples(run_dir).table

@@ -4,6 +4,10 @@ is allowed."""
 
 from __future__ import annotations
 
+import errno
+import os
+import reprlib
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,15 +54,79 @@ def _duplicate_key(node: yaml.Node | None, where: tuple[str, ...] = (),
     return None
 
 
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario file is a page of YAML
+MAX_YAML_VALUES = 100_000  # values after alias expansion (a 348-byte alias bomb: millions)
+MAX_SHOWN_VALUE_CHARS = 200  # a bad value quoted in an error message, at most
+MAX_SHOWN_MESSAGE_CHARS = 400  # what is wrong with it, at most
+
+
+def _expanded_values(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values `node` stands for once every alias is expanded (aliases share nodes
+    in the composed graph, so this is counted, not built). Raises ValueError on a node that
+    contains itself."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise ValueError("an alias refers to a node that contains it (recursive alias)")
+    open_nodes.add(key)
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    total = 1
+    for child in children:
+        total += _expanded_values(child, sizes, open_nodes)
+        if total > MAX_YAML_VALUES:
+            break
+    open_nodes.discard(key)
+    sizes[key] = total
+    return total
+
+
+def load_yaml_text(text: str) -> tuple[Any, tuple[str, int, int] | None]:
+    """YAML text loaded safely (plain data only: `!!python/...` tags are refused), with the
+    first duplicate key (see `_duplicate_key`). Raises yaml.YAMLError, or ValueError for
+    aliases that expand beyond MAX_YAML_VALUES values or refer to themselves."""
+    composed = yaml.compose(text, Loader=yaml.SafeLoader)
+    if composed is not None:
+        size = _expanded_values(composed, {}, set())
+        if size > MAX_YAML_VALUES:
+            raise ValueError(f"its aliases expand to more than {MAX_YAML_VALUES:,} values "
+                             "(an alias bomb?); a scenario needs a few hundred")
+    return yaml.safe_load(text), _duplicate_key(composed)
+
+
+def _scenario_text(path: Path) -> str:
+    """A scenario file's text, or a ScenarioError saying why it is not one (too large, not
+    readable, not UTF-8 text)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"{path}: {size:,} bytes is not a scenario file (at most "
+                                f"{MAX_SCENARIO_BYTES:,} bytes of YAML)")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{path}: not a text file (byte 0x{data[exc.start]:02x} at offset {exc.start} is "
+            "not UTF-8): a scenario is a YAML text file") from None
+
+
 def read_scenario_document(path: Path) -> Any:
     """The YAML of a scenario file, loaded safely (plain data only: `!!python/...` tags are
-    refused) with duplicate keys rejected."""
-    text = path.read_text()
+    refused) with duplicate keys rejected and alias expansion bounded."""
+    text = _scenario_text(path)
     try:
-        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
-        document = yaml.safe_load(text)
+        document, duplicate = load_yaml_text(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    except ValueError as exc:
+        raise ScenarioError(f"{path}: refused: {exc}") from None
     if duplicate is not None:
         dotted, first, second = duplicate
         raise ScenarioError(
@@ -79,12 +147,35 @@ def shipped_scenarios() -> list[str]:
     return sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml"))
 
 
+def _not_a_file(reference: str, candidate: Path) -> str | None:
+    """Why `candidate` is not a readable scenario file (a directory, a symbolic link loop, a
+    broken link, missing), or None when it is a regular file."""
+    try:
+        mode = candidate.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"scenario path {reference!r} is a symbolic link loop"
+        if candidate.is_symlink():
+            return (f"scenario path {reference!r} is a broken symbolic link (to "
+                    f"{os.readlink(candidate)!r})")
+        if exc.errno == errno.ENOENT:
+            return f"scenario file {reference!r} does not exist"
+        return f"scenario path {reference!r}: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return (f"scenario path {reference!r} is a directory, not a scenario file (give the "
+                ".yaml file in it)")
+    if not stat.S_ISREG(mode):
+        return f"scenario path {reference!r} is not a regular file"
+    return None
+
+
 def resolve_scenario_path(reference: str) -> Path:
     """A shipped name (`chat`) or a path to a YAML file."""
     candidate = Path(reference)
     if candidate.suffix in (".yaml", ".yml") or "/" in reference:
-        if not candidate.is_file():
-            raise ScenarioError(f"scenario file {reference!r} does not exist")
+        problem = _not_a_file(reference, candidate)
+        if problem is not None:
+            raise ScenarioError(problem)
         return candidate
     shipped = SHIPPED_DIR / f"{reference}.yaml"
     if not shipped.is_file():
@@ -105,10 +196,28 @@ def parse_override(text: str) -> Override:
             f"(e.g. traffic.duration=30s or server.args.block-size=32)"
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw)[0] if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ScenarioError(f"override {text!r}: value {raw!r} is not valid YAML: {exc}") from exc
+    except ValueError as exc:
+        raise ScenarioError(f"override {key!r}: value refused: {exc}") from None
     return Override(key, value, text)
+
+
+def check_repeated_overrides(overrides: Sequence[Override]) -> None:
+    """Each key once: a later override of the same key, or of a mapping holding an earlier
+    one, would silently replace it."""
+    for index, override in enumerate(overrides):
+        for earlier in overrides[:index]:
+            if earlier.dotted_key == override.dotted_key:
+                raise ScenarioError(
+                    f"override {override.text!r}: {override.dotted_key} is given twice (also "
+                    f"{earlier.text!r}); give each key once")
+            if earlier.dotted_key.startswith(override.dotted_key + "."):
+                raise ScenarioError(
+                    f"override {override.text!r} replaces the whole of {override.dotted_key}, "
+                    f"including {earlier.text!r} given before it; give {override.dotted_key} "
+                    "first, then its keys")
 
 
 def apply_override(document: dict[str, Any], override: Override) -> None:
@@ -167,6 +276,7 @@ def load_scenario(reference: str, overrides: Sequence[str] = ()) -> tuple[Scenar
         raise ScenarioError(f"{path}: expected a mapping at the top level, got {document!r}")
     try:
         parsed = [parse_override(text) for text in overrides]
+        check_repeated_overrides(parsed)
         for override in parsed:
             apply_override(document, override)
     except ScenarioError as error:  # name the scenario file the override was applied to
@@ -219,6 +329,19 @@ def _union_member(part: str) -> str | None:
     return None
 
 
+_SHORT_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict = 4, 12, 12
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = MAX_SHOWN_VALUE_CHARS
+
+
+def _shown(value: Any) -> str:
+    """A bad value as an error message quotes it: its repr, cut at MAX_SHOWN_VALUE_CHARS."""
+    text = _SHORT_REPR.repr(value)
+    if len(text) <= MAX_SHOWN_VALUE_CHARS:
+        return text
+    return f"{text[:MAX_SHOWN_VALUE_CHARS]}… ({len(text):,} characters)"
+
+
 def format_validation_error(
     path: Path, error: ValidationError, overrides: Sequence[Override] = ()
 ) -> str:
@@ -244,6 +367,8 @@ def format_validation_error(
             message = f"unknown key; allowed keys here: {', '.join(allowed)}"
         else:
             message = item["msg"].removeprefix("Value error, ")
+            if len(message) > MAX_SHOWN_MESSAGE_CHARS:  # it may quote the value (units.py)
+                message = f"{message[:MAX_SHOWN_MESSAGE_CHARS]}…"
         problems.append([dotted, item.get("input"), message])
     lines = [f"{path}: invalid scenario ({len(problems)} problem(s))"]
     for dotted, value, message in problems:
@@ -255,6 +380,6 @@ def format_validation_error(
             if dotted in from_command_line
             else ""
         )
-        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        shown = "" if isinstance(value, dict) else f" = {_shown(value)}"
         lines.append(f"  {dotted}{shown}{origin}: {message}")
     return "\n".join(lines)
