@@ -165,21 +165,21 @@ def load_run(run_dir: Path) -> LoadedRun:
                                           scenario.traffic.max_send_lag_p99_s)
     traffic = scenario.traffic
     closed = traffic.arrival.kind == "closed"
+    run_start_unix_s = (float(pc.min(table.column("send_unix_s")).as_py()) if table.num_rows
+                        else 0.0)
+    outages, stalls = table_outages(table), table_stalls(table)
     health = client_health(
         table, read_client_records(run_dir), closed_loop=closed,
         target_users=traffic.arrival.users if closed else None,
         think_time_s=traffic.arrival.think_time_s,
         max_loop_lag_p99_s=traffic.max_loop_lag_p99_s,
         min_held_concurrency=traffic.min_held_concurrency,
-        retry_after_max_s=traffic.retry_after_max_s)
+        retry_after_max_s=traffic.retry_after_max_s,
+        server_gone=bool(outages or stalls))  # users waited on the server, not the client
     invalid = (*invalid, *health.reasons)
-    if table.num_rows:
-        run_start_unix_s = float(pc.min(table.column("send_unix_s")).as_py())
-        invalid = (*invalid, *(outage.reason(run_start_unix_s)
-                               for outage in table_outages(table)))
-        # a frozen server refuses nothing: its requests hang until a timeout cuts them
-        invalid = (*invalid, *(stall.reason(run_start_unix_s)
-                               for stall in table_stalls(table)))
+    invalid = (*invalid, *(outage.reason(run_start_unix_s) for outage in outages))
+    # a frozen server refuses nothing: its requests hang until a timeout cuts them
+    invalid = (*invalid, *(stall.reason(run_start_unix_s) for stall in stalls))
     if status.aborted:
         invalid = (*invalid, f"aborted by abort_on: {status.aborted}")
     if status.interrupted:

@@ -25,7 +25,8 @@ user's first send.
 
 **Criterion** (a run driven by the suite's own monitored Locust processes; imported results
 carry no monitor records and are never judged): the measurement is invalid (exit 4) when
-- closed loop (`arrival.kind: closed`): busy share < `traffic.min_held_concurrency`, or
+- closed loop (`arrival.kind: closed`): busy share < `traffic.min_held_concurrency` (not
+  judged when the server was unreachable or stalled: its users waited on the server), or
 - any kind: the worst process's loop-lag p99 > `traffic.max_loop_lag_p99`.
 """
 
@@ -461,15 +462,20 @@ def _remedy(lagged: Sequence[WorkerHealth], workers: int) -> str:
 
 
 def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHealth],
-                   max_loop_lag_p99_s: float, min_held_concurrency: float) -> tuple[str, ...]:
-    """The criterion (module docstring); each reason names the numbers and the remedy."""
+                   max_loop_lag_p99_s: float, min_held_concurrency: float,
+                   server_gone: bool = False) -> tuple[str, ...]:
+    """The criterion (module docstring); each reason names the numbers and the remedy.
+    `server_gone`: the server was unreachable or stalled in the run; its users then waited on
+    it (backing off, or on streams that sent nothing), so a low busy share is the server's
+    absence, already a reason of its own, not the client's limit (whose remedy, more
+    workers, would be wrong). The loop-lag criterion is the client's own and still holds."""
     lagged = [w for w in workers if w.loop_lag is not None]
     if not lagged:  # not monitored: imported results, or a run from before the monitor
         return ()
     remedy = _remedy(lagged, len(workers))
     reasons = []
     share = None if concurrency is None else concurrency.busy_share
-    if share is not None and share < min_held_concurrency:
+    if share is not None and share < min_held_concurrency and not server_gone:
         assert concurrency is not None and concurrency.busy is not None
         reasons.append(
             f"client-limited: users were busy (in flight or thinking) {share:.1%} of the "
@@ -493,8 +499,10 @@ def health_reasons(concurrency: Concurrency | None, workers: Sequence[WorkerHeal
 def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
                   closed_loop: bool, target_users: int | None, think_time_s: float,
                   max_loop_lag_p99_s: float, min_held_concurrency: float,
-                  retry_after_max_s: float | None = None) -> ClientHealth:
-    """The whole judgement from a run's rows (all phases) and its monitor records."""
+                  retry_after_max_s: float | None = None,
+                  server_gone: bool = False) -> ClientHealth:
+    """The whole judgement from a run's rows (all phases) and its monitor records;
+    `server_gone`: see `health_reasons`."""
     concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop,
                                        retry_after_max_s)
     if concurrency is not None:
@@ -508,4 +516,4 @@ def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
         chunks_per_token=chunks_per_token(table) if table.num_rows else None,
         max_loop_lag_p99_s=max_loop_lag_p99_s, min_held_concurrency=min_held_concurrency,
         reasons=health_reasons(concurrency, workers, max_loop_lag_p99_s,
-                               min_held_concurrency))
+                               min_held_concurrency, server_gone))
