@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from vllm_slo.reports.analysis.run_metrics import run_series, summarize
-from vllm_slo.reports.analysis.statistics import Verdict, percentile_estimate
+from vllm_slo.reports.analysis.statistics import (
+    MIN_EFFECTIVE_TAIL_SAMPLES,
+    SECTIONING_METHOD,
+    Verdict,
+    percentile_estimate,
+)
 from vllm_slo.reports.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
@@ -20,6 +28,7 @@ from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.slo import parse_fraction_rule, parse_latency_rule, parse_rate_rule
 
 T0 = 1_800_000_000.0
+DATA = Path(__file__).parent / "data"
 
 
 def row(i: int, *, phase: str = "measure", ok: bool = True, ttft: float = 0.1,
@@ -161,6 +170,28 @@ def test_verdicts_and_exit_codes() -> None:
                                  summarize(run_series(table(rows[:20]), 20.0)))
     assert inconclusive[0].verdict is Verdict.INCONCLUSIVE
     assert choose_exit_code(inconclusive, ()) is ExitCode.INCONCLUSIVE
+
+
+def test_a_clear_single_run_p99_passes_despite_clustered_requests() -> None:
+    # the recorded stand-in run (TTFT 50 ms configured; chat, 64 users, 20 s, 1,472 requests)
+    # whose `ttft p99 < 5s` was INCONCLUSIVE: ~56 effective samples, under one beyond p99
+    recorded = json.loads((DATA / "standin_chat64_ttft.json").read_text())["ttft_s"]
+    rows = [row(i, ttft=ttft, send=i * 0.0136) for i, ttft in enumerate(recorded)]
+    series = run_series(table(rows), window_s=20.0)
+    summary = summarize(series)
+    p99 = summary.metrics["ttft"].percentiles[99.0]
+    assert series.ttft_s.size == 1472 and p99.method == SECTIONING_METHOD
+    assert p99.value is not None and p99.ci_low is not None and p99.ci_high is not None
+    assert p99.n_effective * 0.01 < MIN_EFFECTIVE_TAIL_SAMPLES  # why order statistics can't
+    clear, inside, below = evaluate_slos(
+        [parse_latency_rule("ttft", "p99 < 5s"),
+         parse_latency_rule("ttft", f"p99 < {p99.value * 1e3:.3f}ms"),  # inside the interval
+         parse_latency_rule("ttft", f"p99 < {p99.ci_low * 0.5 * 1e3:.3f}ms")], series, summary)
+    assert clear.verdict is Verdict.PASS and SECTIONING_METHOD in clear.basis
+    assert clear.observed.method == SECTIONING_METHOD
+    assert inside.verdict is Verdict.INCONCLUSIVE
+    assert below.verdict is Verdict.FAIL  # every request above it: the share test decides
+    assert choose_exit_code([clear], ()) is ExitCode.PASS
 
 
 def test_goodput_counts_requests_meeting_every_per_request_threshold() -> None:

@@ -174,11 +174,65 @@ def test_open_bounds_sit_on_the_tail_side() -> None:
 
 
 def test_percentile_tail_rule_counts_effective_samples() -> None:
-    series = np.exp(ar1(1000, 0.9, seed=7))
+    # 600 requests: 2 per sectioning block beyond p99, too few for the fallback too
+    series = np.exp(ar1(600, 0.9, seed=7))
     result = percentile_estimate(series, 99)
     assert result.value == pytest.approx(np.quantile(series, 0.99)) and result.ci_high is None
+    assert result.method == st.ORDER_STATISTIC_METHOD
     assert result.warnings[0].startswith("insufficient samples for p99 (need >= ")
     assert "effective" in result.warnings[0]
+
+
+def test_sectioning_interval_known_values() -> None:
+    # three time blocks, the second and third the first scaled by 2 and 4: block p90s are
+    # b, 2b and 4b exactly (a quantile is scale-equivariant), so the interval is by hand
+    base = np.random.default_rng(21).lognormal(size=400)
+    series = np.concatenate([base, 2.0 * base, 4.0 * base])
+    b, center = float(np.quantile(base, 0.9)), float(np.quantile(series, 0.9))
+    logs = np.log([b, 2.0 * b, 4.0 * b]) - math.log(center)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(float(np.sum(logs**2)) / 2.0) / math.sqrt(3.0)
+    interval = st.sectioning_interval(series, 0.9)
+    assert interval is not None
+    low, high = interval
+    assert (low, high) == pytest.approx((center * math.exp(-half), center * math.exp(half)))
+    assert st.sectioning_interval(series, 0.9, center=center) == (low, high)
+    # 99% confidence: t(2) at 0.995 instead of 0.975, the same spread
+    wide = st.sectioning_interval(series, 0.9, confidence=0.99)
+    assert wide is not None and wide[1] / center == pytest.approx(
+        math.exp(half * stats.t.ppf(0.995, 2) / stats.t.ppf(0.975, 2)))
+    with pytest.raises(ValueError):
+        st.sectioning_interval(series, 1.0)
+
+
+def test_sectioning_needs_tail_samples_in_every_block_and_positive_quantiles() -> None:
+    series = np.exp(ar1(1200, 0.5, seed=2))
+    # 400 per block: 4 beyond p99 each (enough), 0.4 beyond p99.9 (not)
+    assert st.sectioning_interval(series, 0.99) is not None
+    assert st.sectioning_interval(series, 0.999) is None
+    assert st.sectioning_interval(series[:890], 0.99) is None  # 296 per block: 2.96 < 3
+    assert st.sectioning_interval(series - 10.0, 0.99) is None  # logs of negative quantiles
+    assert st.sectioning_interval(series, 0.01) is not None  # the lower tail counts the same
+
+
+def test_an_open_order_statistic_bound_falls_back_to_sectioning() -> None:
+    series = np.exp(ar1(1000, 0.9, seed=7))  # ~2 effective samples beyond p99
+    result = percentile_estimate(series, 99)
+    assert result.method == st.SECTIONING_METHOD
+    assert result.value == pytest.approx(np.quantile(series, 0.99))
+    assert result.ci_low is not None and result.ci_high is not None
+    assert (result.ci_low, result.ci_high) == pytest.approx(
+        st.sectioning_interval(series, 0.99))
+    assert result.ci_low < result.value < result.ci_high
+    # the effective size is the order-statistic one that left the bound open, and says so
+    assert result.n_effective * 0.01 < st.MIN_EFFECTIVE_TAIL_SAMPLES
+    (note,) = result.warnings
+    assert note.startswith("p99: interval from sectioning (3 consecutive time blocks")
+    assert "leave the order-statistic bound open" in note
+    # p50 of the same series has its order-statistic interval: no fallback
+    assert percentile_estimate(series, 50).method == st.ORDER_STATISTIC_METHOD
+    # time order matters: shuffled, the same values have enough effective samples
+    shuffled = percentile_estimate(np.random.default_rng(1).permutation(series), 99)
+    assert shuffled.method == st.ORDER_STATISTIC_METHOD and shuffled.ci_high is not None
 
 
 def test_percentile_edges() -> None:

@@ -15,6 +15,8 @@ import numpy as np
 
 from vllm_slo.reports.analysis.run_metrics import RunSeries, RunSummary
 from vllm_slo.reports.analysis.statistics import (
+    SECTIONING_METHOD,
+    SECTIONS,
     Estimate,
     Verdict,
     clopper_pearson_interval,
@@ -163,6 +165,15 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
             basis = (f"{test.fraction_below:.1%} of {test.n} {unit} below the threshold "
                      f"[{test.ci_low:.1%}, {test.ci_high:.1%}] at ~{test.n_effective:.0f} "
                      f"effective samples; needs {needs} than {rule.percentile / 100:.1%}")
+        if test.verdict is Verdict.INCONCLUSIVE and observed.method == SECTIONING_METHOD:
+            # too few effective samples beyond the percentile for either order-statistic
+            # reasoning: the sectioning interval decides what it clearly can
+            sectioned = slo_verdict(observed, rule.comparator, rule.threshold)
+            if sectioned is not Verdict.INCONCLUSIVE:
+                return SloResult(rule, observed, sectioned, (
+                    f"{observed.confidence:.0%} CI vs threshold ({SECTIONING_METHOD}: "
+                    f"{SECTIONS} time blocks; the share below the threshold, {basis}, "
+                    "could not decide)"))
         return SloResult(rule, observed, test.verdict, basis)
     basis = (f"{observed.confidence:.0%} CI vs threshold ({observed.method})"
              if observed.value is not None else "; ".join(observed.warnings))
