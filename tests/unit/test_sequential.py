@@ -90,6 +90,14 @@ def test_mann_whitney_tests_match_scipy_exact() -> None:
         assert float(result.p_equivalence) == pytest.approx(max(p_low, p_high), rel=1e-9)
 
 
+def test_mann_whitney_beyond_the_exact_table_is_the_normal_approximation() -> None:
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(0, 0.1, 120), rng.normal(0.03, 0.1, 120)
+    result = mann_whitney_log_tests(a, b, 0.10)
+    expected = stats.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic")
+    assert float(result.p_change) == pytest.approx(expected.pvalue, rel=1e-6)
+
+
 # ------------------------------------------------------------------------------------------
 # spending and boundaries
 

@@ -296,6 +296,20 @@ def welch_log_tests(log_a: np.ndarray, log_b: np.ndarray, effect: float) -> Test
     return TestArrays(difference, p_change, np.maximum(p_low, p_high))
 
 
+#: Exact Mann-Whitney null distributions up to this many trials per arm (as trial_statistics),
+#: the normal approximation with continuity correction beyond.
+_EXACT_MW_MAX: int = 100
+
+
+def _mw_null_cdf(n_a: int, n_b: int) -> np.ndarray:
+    """P(U <= u) for u = 0 .. n_a n_b under the null (continuous data)."""
+    if max(n_a, n_b) <= _EXACT_MW_MAX:
+        return np.asarray(_mann_whitney_null_cdf(n_a, n_b))
+    mu = n_a * n_b / 2.0
+    sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
+    return np.asarray(stats.norm.cdf((np.arange(n_a * n_b + 1) + 0.5 - mu) / sigma))
+
+
 def _mw_u(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
     """U = #(b > a) + #(b == a) / 2 over all pairs, along the last axes."""
     d = log_b[..., :, None] - log_a[..., None, :]
@@ -314,7 +328,7 @@ def mann_whitney_log_tests(log_a: np.ndarray, log_b: np.ndarray, effect: float) 
     if n_a == 0 or n_b == 0:
         nan = np.full(estimate.shape, np.nan)
         return TestArrays(estimate, nan, nan.copy())
-    cdf = np.asarray(_mann_whitney_null_cdf(n_a, n_b))  # P(U <= u), u = 0 .. n_a n_b
+    cdf = _mw_null_cdf(n_a, n_b)  # P(U <= u), u = 0 .. n_a n_b
     total = n_a * n_b
     margin = math.log1p(effect)
     u = _mw_u(log_a, log_b)
@@ -530,8 +544,7 @@ def _min_p(test: TrialTest, n: int) -> float:
     """Smallest two-sided change p that n trials per arm can give."""
     if test == "welch-log":
         return 0.0 if n >= 2 else 1.0
-    cdf = _mann_whitney_null_cdf(n, n)
-    return min(1.0, 2.0 * cdf[0])
+    return min(1.0, 2.0 * float(_mw_null_cdf(n, n)[0]))
 
 
 def _reachable(design: SequentialDesign) -> tuple[bool, float, float]:
