@@ -40,6 +40,7 @@ from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
+from vllm_slo.scenarios.profile_specs import ShareGptSpec
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     PLAN_FILE,
@@ -111,7 +112,8 @@ def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
             raise ScenarioError(f"{where}traffic.tokenizer = {traffic.tokenizer!r}: "
                                 f"{error}") from None
     if traffic.profile == "sharegpt":
-        path = (Path(traffic.sharegpt.path).expanduser() if traffic.sharegpt.path
+        spec = traffic.settings(ShareGptSpec)
+        path = (Path(spec.path).expanduser() if spec.path
                 else DEFAULT_SHAREGPT_PATH)
         try:
             entries = load_sharegpt(path)

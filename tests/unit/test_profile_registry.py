@@ -3,8 +3,6 @@ owning its generator and its timing fact, and the scenario model naming the same
 
 from __future__ import annotations
 
-import typing
-
 import pytest
 
 from vllm_slo.loadtests.plan import build_plan
@@ -14,15 +12,19 @@ from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.runner import planned_request_count
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import MIX_PROFILES, TrafficSpec
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles
 
 
-def test_the_registry_and_the_scenario_model_name_the_same_profiles() -> None:
-    named = typing.get_args(TrafficSpec.model_fields["profile"].annotation)
-    assert sorted(PROFILES) == sorted(named)
+def test_the_generators_and_the_specs_name_the_same_profiles() -> None:
+    """Every profile the scenario model accepts (its spec) has a generator, and only those."""
+    assert list(PROFILES) == list(PROFILE_SPECS) == ["chat", "long-doc", "sharegpt", "mix"]
     mixable = [name for name, profile in PROFILES.items() if profile.conversations is not None]
-    assert sorted(mixable) == sorted(MIX_PROFILES)
+    assert mixable == list(mixable_profiles())
     assert all(PROFILES[name].fastest_request_s > 0 for name in PROFILES)
+    sections = [name for name, spec in PROFILE_SPECS.items() if spec.settings is not None]
+    assert list(TrafficSpec.registered_keys()) == sections
+    assert all(key in TrafficSpec().model_dump(by_alias=True) for key in sections)
 
 
 @pytest.mark.parametrize("profile", ["chat", "long-doc", "mix"])

@@ -16,6 +16,7 @@ from vllm_slo.loadtests.profiles.sharegpt import FILTER_REASONS
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
 from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import ShareGptSpec
 from vllm_slo.servers.tiny_model import train_tokenizer
 
 
@@ -123,7 +124,7 @@ def test_filters_are_counted_by_reason(tiny_counter, tmp_path) -> None:
                              "total_too_long": 1}
     kept = sorted((r.prompt_tokens, r.max_tokens) for r in plan.requests[:3])
     assert kept == [(4, 4), (10, 20), (4 + 4 + 1014, 500)]  # limits are inclusive
-    assert all(within_filters(r, traffic.sharegpt) for r in plan.requests)
+    assert all(within_filters(r, traffic.settings(ShareGptSpec)) for r in plan.requests)
 
 
 def test_overlong_sharegpt_prompts_are_trimmed_or_rejected(tiny_counter) -> None:
@@ -213,7 +214,7 @@ def test_default_sample_plan_respects_the_filters(tiny_counter) -> None:
     traffic = sharegpt()
     plan = build_plan(traffic, tiny_counter, 2048, 1000)  # > one pass: every entry is seen
     assert len(plan.requests) == 1000
-    assert all(within_filters(r, traffic.sharegpt) for r in plan.requests)
+    assert all(within_filters(r, traffic.settings(ShareGptSpec)) for r in plan.requests)
     filtered = plan.filtered
     assert filtered["malformed"] == 4  # empty, missing, null value, unknown speaker
     for reason in ("no_reply", "prompt_too_short", "prompt_too_long", "output_too_short",

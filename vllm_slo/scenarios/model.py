@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     field_validator,
@@ -31,6 +32,7 @@ from vllm_slo.scenarios.metrics import (
     split_cell,
 )
 from vllm_slo.scenarios.model_base import Frozen, validate_registered_keys
+from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles, one_of
 from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
 from vllm_slo.scenarios.slo import SloRule, parse_abort_error_rate, parse_rule
 from vllm_slo.scenarios.units import parse_duration_s
@@ -221,39 +223,6 @@ class ArrivalSpec(Frozen):
         return None
 
 
-class ChatSpec(Frozen):
-    """Multi-turn conversations sharing one long system prompt (so prefix caching matters).
-    Turn k's history holds the earlier user turns and a fixed, seeded stand-in for each
-    earlier answer of `output_tokens` tokens, so prompts are identical across runs/variants."""
-
-    system_prompt_tokens: int = Field(200, ge=0)
-    user_tokens: int = Field(40, ge=1, description="mean; each turn uniform in ±50%")
-    turns: int = Field(3, ge=1)
-    output_tokens: int = Field(64, ge=1, description="max_tokens of each turn")
-
-
-class LongDocSpec(Frozen):
-    """Long documents with a summarisation or question prompt: the chunked-prefill workload."""
-
-    min_doc_tokens: int = Field(2000, ge=1)
-    max_doc_tokens: int | None = Field(
-        None, ge=1, description="default: the server's max-model-len - output_tokens - 64")
-    output_tokens: int = Field(256, ge=1)
-
-
-class ShareGptSpec(Frozen):
-    """Replay of ShareGPT-format conversations (all human turns, with their real history).
-    Filters as vLLM bench applies them, made explicit."""
-
-    path: str | None = Field(None, description="ShareGPT JSON; default: the shipped sample")
-    min_prompt_tokens: int = Field(4, ge=1)
-    max_prompt_tokens: int = Field(1024, ge=1)
-    min_output_tokens: int = Field(4, ge=1)
-    max_output_tokens: int | None = Field(None, ge=1)
-    max_total_tokens: int = Field(2048, ge=2)
-    all_turns: bool = True
-
-
 def _worker_count(value: Any) -> int | str:
     if value == "auto":
         return "auto"
@@ -263,11 +232,31 @@ def _worker_count(value: Any) -> int | str:
                      f"got {value!r}")
 
 
-MIX_PROFILES = ("chat", "long-doc")  # the profiles a `mix` can draw conversations from
+def _registered_profile(name: str) -> str:
+    if name not in PROFILE_SPECS:
+        raise ValueError(f"Input should be {one_of(list(PROFILE_SPECS))}")
+    return name
+
+
+def _mixable_profile(name: str) -> str:
+    """A part of a mix: a profile registered as mixable (`traffic.mix`, `slo.by_profile`)."""
+    if name not in mixable_profiles():
+        raise ValueError(f"Input should be {one_of(mixable_profiles())} (the profiles a mix "
+                         "draws from)")
+    return name
+
+
+_Traffic = TypeVar("_Traffic", bound="TrafficSpec")
+_Settings = TypeVar("_Settings", bound=Frozen)
 
 
 class TrafficSpec(Frozen):
-    profile: Literal["chat", "long-doc", "sharegpt", "mix"] = "chat"
+    """`traffic:`. The registered profiles (profile_specs.PROFILE_SPECS) name `profile` and
+    each has its settings section, `traffic.<name>` (read with `settings(ChatSpec)`), checked
+    by its own model; the traffic model has no field per profile."""
+
+    profile: Annotated[str, AfterValidator(_registered_profile)] = Field(
+        "chat", description="a registered traffic profile: chat | long-doc | sharegpt | mix")
     endpoint: Literal["chat", "completions"] = "chat"
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
     duration_s: Seconds = Field(60.0, alias="duration", gt=0)
@@ -315,13 +304,53 @@ class TrafficSpec(Frozen):
         f"503) waits that long, at most {RETRY_AFTER_MAX_S:g} s, before its next request "
         "(ignore: goes on at once); open loop keeps its schedule either way (the arrivals are "
         "the experiment)")
-    chat: ChatSpec = Field(default_factory=ChatSpec)
-    long_doc: LongDocSpec = Field(default_factory=LongDocSpec, alias="long-doc")
-    sharegpt: ShareGptSpec = Field(default_factory=ShareGptSpec)
-    mix: dict[Literal["chat", "long-doc"], Annotated[float, Field(gt=0)]] = Field(
+    mix: dict[Annotated[str, AfterValidator(_mixable_profile)],
+              Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
         description="profile: mix — each conversation is drawn from one of these profiles "
         "(configured in their own sections), with these weights, e.g. {chat: 3, long-doc: 1}")
+    _sections: dict[str, Frozen] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def registered_keys(cls) -> Mapping[str, Any]:
+        return {name: spec.settings for name, spec in PROFILE_SPECS.items()
+                if spec.settings is not None}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _profile_sections(cls, data: Any, handler: ModelWrapValidatorHandler[_Traffic]
+                          ) -> _Traffic:
+        """Each registered profile's section by its settings model (defaults where absent)."""
+        sections = cls.registered_keys()
+        traffic, values = validate_registered_keys(
+            cls, data, {name: TypeAdapter(model) for name, model in sections.items()}, handler)
+        if values is not None:
+            traffic._sections = {name: values.get(name) or model()
+                                 for name, model in sections.items()}
+        return traffic
+
+    @model_serializer(mode="wrap")
+    def _with_sections(self, handler: SerializerFunctionWrapHandler,
+                       info: SerializationInfo) -> dict[str, Any]:
+        """The sections written back where they always were: before `mix`."""
+        document: dict[str, Any] = handler(self)
+        mix = document.pop("mix")
+        for name, spec in PROFILE_SPECS.items():
+            if spec.settings is not None:
+                document[name] = self.settings(spec.settings).model_dump(
+                    mode=info.mode, by_alias=info.by_alias)
+        document["mix"] = mix
+        return document
+
+    def settings(self, model: type[_Settings]) -> _Settings:
+        """This run's section of the profile whose settings model is `model`
+        (`traffic.settings(ChatSpec).turns`)."""
+        name = next((name for name, spec in PROFILE_SPECS.items() if spec.settings is model),
+                    None)
+        if name is None:
+            raise ValueError(f"no registered traffic profile has the settings {model.__name__}")
+        section = self._sections.get(name)
+        return section if isinstance(section, model) else model()
 
     @model_validator(mode="after")
     def _mix_names_its_profiles(self) -> TrafficSpec:
@@ -429,7 +458,7 @@ class SloRules(Frozen):
 
 
 class SloSpec(SloRules):
-    by_profile: dict[Literal["chat", "long-doc"], SloRules] = Field(
+    by_profile: dict[Annotated[str, AfterValidator(_mixable_profile)], SloRules] = Field(
         default_factory=dict,
         description="profile: mix — rules judged on one part's requests only, e.g. "
                     "{chat: {itl: [\"p99 < 50ms\"]}}")
@@ -448,8 +477,8 @@ DEFAULT_COMPARED_CELLS = ("ttft.p50", "ttft.p90", "itl.p50", "tpot.p50", "e2e.p5
 def _check_cell(cell: str) -> str:
     """A whole-run cell (`itl.p99`) or one part's of a mix (`chat:itl.p99`)."""
     part = parse_cell(cell).part
-    if part is not None and part not in MIX_PROFILES:
-        raise ValueError(f"{part!r}: a cell's part is one of {', '.join(MIX_PROFILES)} "
+    if part is not None and part not in mixable_profiles():
+        raise ValueError(f"{part!r}: a cell's part is one of {', '.join(mixable_profiles())} "
                          "(e.g. chat:itl.p99, for profile: mix)")
     return cell
 

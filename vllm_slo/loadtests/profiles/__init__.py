@@ -1,15 +1,22 @@
-"""The traffic profiles, one module each, registered by name (`traffic.profile`). Adding a
-profile: a module here with its `PROFILE`, its entry below, its spec in the scenario model
-(`scenarios/model.py`: the `traffic.profile` names and the profile's section);
-tests/unit/test_profile_registry.py holds the registry and the model's names equal."""
+"""The traffic profiles' generators, one module per profile, registered by name
+(`traffic.profile`) below, in the order the docs list them. A profile's settings are its spec
+in the bottom layer (vllm_slo/scenarios/profile_specs/), so the scenario model validates them
+without importing the load generator: adding a profile is its spec module there and its
+generator module here; a plugin or a test registers both from one module of its own
+(tests/support/fixed_prompt.py). tests/unit/test_profile_registry.py holds the two registries
+equal."""
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from vllm_slo.loadtests.profiles import chat, long_doc, mix, sharegpt
-from vllm_slo.loadtests.profiles.base import Profile
+from vllm_slo.loadtests.profiles.base import (
+    PROFILES,
+    Profile,
+    register_profile,
+    unregister_profile,
+)
 
-PROFILES: MappingProxyType[str, Profile] = MappingProxyType({
-    profile.name: profile for profile in (chat.PROFILE, long_doc.PROFILE, sharegpt.PROFILE,
-                                          mix.PROFILE)})
+for _profile in (chat.PROFILE, long_doc.PROFILE, sharegpt.PROFILE, mix.PROFILE):
+    register_profile(_profile, built_in=True)
+
+__all__ = ["PROFILES", "Profile", "register_profile", "unregister_profile"]

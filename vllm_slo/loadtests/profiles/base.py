@@ -1,17 +1,21 @@
 """What a traffic profile is to the suite: a name (`traffic.profile`), the generator of its
 plan's requests, the timing fact that sizes a closed-loop plan, and — for the profiles a `mix`
 can draw from — its conversations one at a time. Each profile is one module of this package
-(chat.py, long_doc.py, sharegpt.py, mix.py); `profiles.PROFILES` registers them."""
+(chat.py, long_doc.py, sharegpt.py, mix.py); `PROFILES` below is the registry, whose
+`register_profile` checks the profile against its spec (`scenarios.profile_specs`: the
+settings the scenario model validates)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from vllm_slo.loadtests.plan_fitting import Candidate, Tally
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import PROFILE_SPECS
 
 Conversations = Callable[[int], list[Candidate]]  # conversation c -> its turns
 # (traffic, seed, counter, max_model_len, overlong policy, n_requests, tally) -> the requests
@@ -33,3 +37,36 @@ class Profile:
     # turns per conversation (to size the generator's batches)
     conversations: ConversationMaker | None = None
     turns: Callable[[TrafficSpec], int] = lambda traffic: 1
+
+
+_REGISTERED: dict[str, Profile] = {}
+_BUILT_IN: list[str] = []
+# every registered profile's generator, by name (a read-only view)
+PROFILES: MappingProxyType[str, Profile] = MappingProxyType(_REGISTERED)
+
+
+def register_profile(profile: Profile, *, built_in: bool = False) -> Profile:
+    """Adds a profile's generator; returns it. Its spec must be registered first (the scenario
+    model validates `traffic.<name>` by it), and a mixable spec needs conversations."""
+    spec = PROFILE_SPECS.get(profile.name)
+    if spec is None:
+        raise ValueError(f"traffic profile {profile.name!r} has no spec: register its settings "
+                         "first (scenarios.profile_specs.register_profile_spec)")
+    if spec.mixable != (profile.conversations is not None):
+        raise ValueError(f"traffic profile {profile.name!r}: a mixable spec needs "
+                         "conversations, and only a mixable one has them")
+    if profile.name in _REGISTERED:
+        raise ValueError(f"traffic profile {profile.name!r} already has a generator")
+    if not profile.fastest_request_s > 0:
+        raise ValueError(f"traffic profile {profile.name!r}: fastest_request_s must be > 0")
+    _REGISTERED[profile.name] = profile
+    if built_in:
+        _BUILT_IN.append(profile.name)
+    return profile
+
+
+def unregister_profile(name: str) -> None:
+    """Removes a generator added by `register_profile` (tests that add one clean up)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in traffic profile")
+    _REGISTERED.pop(name, None)

@@ -10,11 +10,12 @@ from vllm_slo.loadtests.profiles.base import Conversations, Profile
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import ChatSpec
 
 
 def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words: WordTexts,
                   max_model_len: int | None, tally: Tally) -> Conversations:
-    spec = traffic.chat
+    spec = traffic.settings(ChatSpec)
     shared: list[Message] = []
     if spec.system_prompt_tokens > 0:
         system_rng = random.Random(f"{seed}:chat:system")
@@ -42,9 +43,9 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
     words = WordTexts(counter)
     return generate_until(conversations(traffic, seed, counter, words, max_model_len, tally),
-                          traffic.chat.turns, counter, words, max_model_len, policy,
+                          traffic.settings(ChatSpec).turns, counter, words, max_model_len, policy,
                           n_requests, tally)
 
 
 PROFILE = Profile("chat", plan, fastest_request_s=0.05, conversations=conversations,
-                  turns=lambda traffic: traffic.chat.turns)
+                  turns=lambda traffic: traffic.settings(ChatSpec).turns)

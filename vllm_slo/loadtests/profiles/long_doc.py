@@ -10,13 +10,14 @@ from vllm_slo.loadtests.profiles.base import Conversations, Profile
 from vllm_slo.loadtests.prompts import DOC_SEPARATOR, INSTRUCTIONS, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import LongDocSpec
 
 LONG_DOC_MARGIN_TOKENS = 64  # default max_doc_tokens = max_model_len - output_tokens - this
 
 
 def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words: WordTexts,
                   max_model_len: int | None, tally: Tally) -> Conversations:
-    spec = traffic.long_doc
+    spec = traffic.settings(LongDocSpec)
     low, high = spec.min_doc_tokens, spec.max_doc_tokens
     if high is None:
         if max_model_len is None:

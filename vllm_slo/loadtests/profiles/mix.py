@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from vllm_slo.loadtests.plan_fitting import Candidate, Tally, generate_until
-from vllm_slo.loadtests.profiles.base import Conversations, Profile
+from vllm_slo.loadtests.profiles.base import PROFILES, Conversations, Profile
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
@@ -18,8 +18,6 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     """Conversation c is drawn from one profile, by `traffic.mix`'s weights, with its own
     generator (`{seed}:mix:{c}`), and is then that profile's conversation c: the chat turns of
     a mix are those of the chat profile alone at the same seed."""
-    from vllm_slo.loadtests.profiles import PROFILES  # the registry imports this module
-
     words = WordTexts(counter)
     makers: dict[str, Conversations] = {}  # keyed as traffic.mix
     turns: dict[str, int] = {}

@@ -17,7 +17,8 @@ from vllm_slo.loadtests.plan_fitting import (
 from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, ShareGptConversation, load_sharegpt
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import ShareGptSpec, TrafficSpec
+from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.profile_specs import ShareGptSpec
 
 FILTER_REASONS = ("malformed", "no_reply", "prompt_too_short", "prompt_too_long",
                   "output_too_short", "output_too_long", "total_too_long")
@@ -29,7 +30,7 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     """Entries in a seeded shuffled order, counted a chunk at a time (a real ShareGPT file is
     only tokenized as far as the plan needs); a second pass, reshuffled, reuses the first
     pass's requests."""
-    spec = traffic.sharegpt
+    spec = traffic.settings(ShareGptSpec)
     path = Path(spec.path).expanduser() if spec.path else DEFAULT_SHAREGPT_PATH
     if spec.max_prompt_tokens < spec.min_prompt_tokens:
         raise ValueError(f"max_prompt_tokens {spec.max_prompt_tokens} is below "
