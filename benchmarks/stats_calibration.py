@@ -4,12 +4,14 @@ each section measures) are ``tests/support/stats_simulation.py``, which
 ``tests/unit/test_statistics_calibration.py`` asserts on too.
 
 Run: ``python benchmarks/stats_calibration.py`` (add ``--quick`` for the test-sized run;
-``--only large`` for the large-series section).
+``--only large`` for the large-series section, ``--only sectioning`` for the percentile
+fallback's).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -27,6 +29,8 @@ from tests.support.stats_simulation import (
     REQUESTS_PER_RUN,
     RHO_BANDS,
     RHO_RANGE,
+    SECTIONING_PERCENTILES,
+    SECTIONING_REQUESTS,
     TAIL_S_RANGE,
     TRIAL_COUNTS,
     TRIAL_PERCENTILES,
@@ -43,8 +47,9 @@ from tests.support.stats_simulation import (
     percentile_coverage,
     percentile_timing_s,
     power_at_recommended_trials,
+    sectioning_coverage,
 )
-from vllm_slo.reports.analysis import effective_size
+from vllm_slo.reports.analysis import effective_size, statistics
 
 
 def _print_large(ar1_runs: int, itl_runs: int, open_loop_runs: int) -> None:
@@ -65,6 +70,39 @@ def _print_large(ar1_runs: int, itl_runs: int, open_loop_runs: int) -> None:
               f"{result.samples:,.0f}; exact n_eff {result.median_n_effective:,.0f}; ratio "
               f"{ratios}; disagree {result.disagree}; tau replicated "
               f"{result.replicated_tau:,.1f} vs {taus}")
+
+
+def _print_sectioning(runs: int, stress_runs: int) -> None:
+    bands = ", ".join(f"rho {low}-{high}" for low, high in RHO_BANDS)
+    requests = ", ".join(f"{n:,}" for n in SECTIONING_REQUESTS)
+    print(f"Sectioning fallback ({statistics.SECTIONING_METHOD}: {statistics.SECTIONS} time "
+          "blocks, t interval on log block quantiles) where the tail rule opens the "
+          f"order-statistic bound: AR(1) model, {runs} runs of each of {requests} requests; "
+          "95% CI coverage among the runs that got each kind of interval; by band: "
+          f"{bands}")
+    cases = [(runs, RHO_RANGE, SECTIONING_REQUESTS), (stress_runs, (0.9, 0.97), (1472,))]
+    for n_runs, rho_range, sizes in cases:
+        if rho_range != RHO_RANGE:
+            print(f"  stress, rho in {rho_range} (beyond the model's range), {n_runs} runs:")
+        for r in sectioning_coverage(n_runs, sizes, SECTIONING_PERCENTILES, rho_range):
+            ordered = r.order_statistic
+            coverage = ("     –" if math.isnan(ordered.coverage)
+                        else f"{ordered.coverage:6.1%}")
+            line = (f"    {r.requests:>6,} p{r.percentile:<4g}: order statistics "
+                    f"{ordered.with_value:>4} runs, coverage {coverage}; ")
+            fallback = r.fallback
+            if fallback is None:
+                open_runs = n_runs - ordered.with_value
+                line += (f"sectioning 0 runs ({open_runs} open: too few requests for it)"
+                         if open_runs else "sectioning 0 runs (no bound open)")
+            else:
+                by_band = (" (" + " / ".join("–" if math.isnan(v) else f"{v:.1%}"
+                                             for v in fallback.band_coverage())
+                           + ")" if rho_range == RHO_RANGE else "")
+                open_runs = n_runs - ordered.with_value - fallback.with_value
+                line += (f"sectioning {fallback.with_value:>4} runs, coverage "
+                         f"{fallback.coverage:.1%}{by_band}; {open_runs} open")
+            print(line)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,14 +165,21 @@ def _print_itl(runs: int, streams: Sequence[int], stress_runs: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="the sizes the unit tests use")
-    parser.add_argument("--only", choices=("large",),
-                        help="large: only the large-series (batch means) section")
+    parser.add_argument("--only", choices=("large", "sectioning"),
+                        help="large: only the large-series (batch means) section; sectioning: "
+                             "only the percentile fallback's section")
     parser.add_argument("--large-runs", type=int, nargs=3, default=(150, 40, 80),
                         metavar=("AR1", "ITL", "OPEN"), help="runs of the large-series section")
     args = parser.parse_args(argv)
     if args.only == "large":
         start = time.perf_counter()
         _print_large(*args.large_runs)
+        print(f"(total {time.perf_counter() - start:.0f} s)")
+        return 0
+    sectioning_runs = (300, 150) if args.quick else (2000, 1000)
+    if args.only == "sectioning":
+        start = time.perf_counter()
+        _print_sectioning(*sectioning_runs)
         print(f"(total {time.perf_counter() - start:.0f} s)")
         return 0
     runs, pairs, naive_pairs, power_reps, gate_reps = (
@@ -150,8 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"log-normal s in {TAIL_S_RANGE}); by band: {bands}")
     for c in [*percentile_coverage(runs), *mean_and_goodput_coverage(runs)]:
         by_band = " / ".join(f"{v:.1%}" for v in c.band_coverage())
+        which = ("their order-statistic bound open" if c.what.endswith(
+            statistics.SECTIONING_METHOD) else "the rest 'insufficient samples'")
         print(f"  {c.what:>7}: coverage {c.coverage:.1%} ({by_band}) of {c.with_value} runs with "
-              f"an interval ({c.with_value / c.runs:.0%}; the rest 'insufficient samples')")
+              f"an interval ({c.with_value / c.runs:.0%}; {which})")
+    _print_sectioning(*sectioning_runs)
     _print_instance_effects(*instance_sizes)
     for k in (8, 9, 10):
         rate = aa_trials_false_positive_rate(pairs, k)

@@ -3,7 +3,10 @@ latencies: the library behind ``benchmarks/stats_calibration.py`` (which prints 
 quoted in ``docs/statistics.md``) and ``tests/unit/test_statistics_calibration.py`` (which
 asserts on the same functions). It measures:
 
-* coverage of 95% percentile CIs (p50/p90/p95/p99) of one run against the true percentile;
+* coverage of 95% percentile CIs (p50/p90/p95/p99) of one run against the true percentile, by
+  the method that gave them: order statistics, or the sectioning fallback where the tail rule
+  left the order-statistic bound open (``sectioning_coverage``: the fallback at 1,000-10,000
+  requests and p95/p99/p99.9);
 * the A/A false-positive rate of the trial comparison (Mann-Whitney on per-trial p95);
 * the A/A false-positive rate of a naive per-request Mann-Whitney on pooled requests;
 * the power to detect a true 10% shift in per-trial p99 at the recommended trial count;
@@ -49,6 +52,8 @@ from scipy import signal, stats
 
 from vllm_slo.reports.analysis import effective_size
 from vllm_slo.reports.analysis.statistics import (
+    ORDER_STATISTIC_METHOD,
+    SECTIONING_METHOD,
     across_trials_estimate,
     goodput_estimate,
     itl_percentile_estimate,
@@ -157,22 +162,71 @@ def _simulated_single_runs(
 
 def percentile_coverage(
     n_runs: int, percentiles: Sequence[float] = (50.0, 90.0, 95.0, 99.0), seed: int = 1,
+    n_requests: int = REQUESTS_PER_RUN, rho_range: tuple[float, float] = RHO_RANGE,
 ) -> list[Coverage]:
-    """Share of runs whose 95% percentile CI covers the true percentile (runs with a value)."""
-    rho, tail_s, runs = _simulated_single_runs(n_runs, seed)
+    """Share of runs whose 95% percentile CI covers the true percentile, by the method that
+    gave the interval: ``p99`` counts the runs with an order-statistic interval, ``p99
+    sectioning-log`` those whose order-statistic bound was open and that got the sectioning
+    fallback instead (listed when any did); runs with neither are "insufficient samples"."""
+    rng = np.random.default_rng(seed)
+    rho = rng.uniform(*rho_range, n_runs)
+    tail_s = rng.uniform(*TAIL_S_RANGE, n_runs)
+    runs = simulate_runs(rho, tail_s, np.ones(n_runs), n_requests, rng)
+    methods = (ORDER_STATISTIC_METHOD, SECTIONING_METHOD)
     results = []
     for percentile in percentiles:
-        has_value = np.zeros(n_runs, dtype=bool)
+        has_value = {m: np.zeros(n_runs, dtype=bool) for m in methods}
         covered = np.zeros(n_runs, dtype=bool)
         for i, series in enumerate(runs):
             estimate = percentile_estimate(series, percentile)
             if estimate.ci_low is None or estimate.ci_high is None:
                 continue
-            has_value[i] = True
+            has_value[estimate.method][i] = True
             truth = true_percentile_s(float(tail_s[i]), percentile)
             covered[i] = estimate.ci_low <= truth <= estimate.ci_high
-        results.append(_coverage(f"p{percentile:g}", rho, has_value, covered))
+        results.append(_coverage(f"p{percentile:g}", rho, has_value[ORDER_STATISTIC_METHOD],
+                                 covered))
+        if has_value[SECTIONING_METHOD].any():
+            results.append(_coverage(f"p{percentile:g} {SECTIONING_METHOD}", rho,
+                                     has_value[SECTIONING_METHOD], covered))
     return results
+
+
+#: The fallback's calibration grid (`sectioning_coverage`): run lengths at and beyond the
+#: smallest that sectioning bounds a p99 at (900), and the percentiles whose order-statistic
+#: bound opens at them under the AR(1) model's autocorrelation.
+SECTIONING_REQUESTS: tuple[int, ...] = (1000, 1472, 3000, 10_000)
+SECTIONING_PERCENTILES: tuple[float, ...] = (95.0, 99.0, 99.9)
+
+
+@dataclass(frozen=True)
+class FallbackCoverage:
+    """`percentile_coverage` at one run length and percentile, with the share of runs whose
+    order-statistic bound was open (``fallback.runs - order_statistic.with_value``) and of
+    those how many sectioning bounded."""
+
+    requests: int
+    percentile: float
+    order_statistic: Coverage
+    fallback: Coverage | None
+
+
+def sectioning_coverage(n_runs: int, requests: Sequence[int] = SECTIONING_REQUESTS,
+                        percentiles: Sequence[float] = SECTIONING_PERCENTILES,
+                        rho_range: tuple[float, float] = RHO_RANGE, seed: int = 13,
+                        ) -> list[FallbackCoverage]:
+    """Coverage of the sectioning fallback (and, beside it, of the order-statistic interval)
+    on the AR(1) latency model at several run lengths: where the tail rule leaves the
+    order-statistic bound open, how often the fallback's 95% interval covers the truth."""
+    out = []
+    for n in requests:
+        results = {c.what: c for c in percentile_coverage(
+            n_runs, percentiles, seed=seed + n, n_requests=n, rho_range=rho_range)}
+        for percentile in percentiles:
+            label = f"p{percentile:g}"
+            out.append(FallbackCoverage(n, percentile, results[label],
+                                        results.get(f"{label} {SECTIONING_METHOD}")))
+    return out
 
 
 def mean_and_goodput_coverage(n_runs: int, seed: int = 7) -> list[Coverage]:
