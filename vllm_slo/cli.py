@@ -7,8 +7,9 @@
     vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
     vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
     vllm-slo plan RUN_DIR [--effect 10%]                    trials needed, from a pilot
-    vllm-slo import vllm-bench FILE.json... [--out DIR] [--label L]...   `vllm bench serve`
-             results (--save-result --save-detailed) as a run folder or an experiment
+    vllm-slo import vllm-bench FILE.json... [--out DIR] [--label L]... [--instance NAME]
+             `vllm bench serve` results (--save-result --save-detailed) as a run folder or
+             an experiment
     vllm-slo scenarios                                      list shipped scenarios
 
 Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error (also: a malformed
@@ -125,11 +126,17 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--cells", nargs="+", default=None,
                          help="metric.statistic cells (default: the baseline scenario's)")
     compare.add_argument("--alpha", type=float, default=0.05)
+    compare.add_argument("--force", action="store_true",
+                         help="compare even when the workloads or seed sets differ")
+    compare.add_argument("--out", type=Path, default=None,
+                         help="the comparison's folder (default: RUNS_DIR/compare-<UTC>)")
     gate = sub.add_parser("gate", help="release gate: candidate no worse than baseline")
     gate.add_argument("candidate", type=Path)
     gate.add_argument("--baseline", type=Path, required=True)
     gate.add_argument("--margin", type=_percent, default=0.05, help="e.g. 5%% (default)")
     gate.add_argument("--cells", nargs="+", default=None)
+    gate.add_argument("--alpha", type=float, default=0.05,
+                      help="1 - the intervals' level; FAIL is Holm-corrected over the cells")
     gate.add_argument("--force", action="store_true",
                       help="compare even when model, hardware, vLLM version or seed differ")
     plan = sub.add_parser("plan", help="trials per variant needed, from a pilot run")
@@ -146,13 +153,19 @@ def _parser() -> argparse.ArgumentParser:
         "vllm-bench", help="`vllm bench serve --save-result --save-detailed` JSON files",
         description="One file: a run folder. Several: an experiment, one trial per file; "
                     "files with the same label are trials of one variant (the first label "
-                    "is the baseline), and the label is recorded as the server instance.")
+                    "is the baseline). --instance says which server instance each file ran "
+                    "on (default: its label).")
     bench.add_argument("files", type=Path, nargs="*", metavar="FILE.json")
     bench.add_argument("--out", type=Path, default=None,
                        help="the run folder to create (default: RUNS_DIR/<UTC>-vllm-bench)")
     bench.add_argument("--label", action="append", default=[], metavar="LABEL",
-                       help="variant and server-instance label: once for every file, or once "
-                            "per file in the same order")
+                       help="variant label: once for every file, or once per file in the same "
+                            "order")
+    bench.add_argument("--instance", action="append", default=[], metavar="NAME[=FILE]",
+                       help="the server instance the files ran on: NAME once for every file "
+                            "({file} and {label} fill in per file: --instance '{file}' = each "
+                            "file a fresh server), or NAME=FILE per file (default: the label; "
+                            "files of one label ran on one server)")
     bench.add_argument("--variant", action="append", default=[], metavar="NAME=FILE",
                        help="FILE is a trial of variant NAME (repeatable; instead of FILE "
                             "arguments)")
@@ -180,7 +193,8 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
         from vllm_slo.vllm_bench.command import import_vllm_bench
 
         result = import_vllm_bench(options.files, options.out, options.label, options.variant,
-                                   options.slo_from, options.latency_from, options.runs_dir)
+                                   options.slo_from, options.latency_from, options.runs_dir,
+                                   options.instance)
         say(result.text)
         return int(result.exit_code)
     from vllm_slo import saved_runs  # heavy imports only for the saved-run commands
@@ -188,10 +202,12 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     if options.command == "report":
         result = saved_runs.report_saved_run(options.run_dir)
     elif options.command == "compare":
-        result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha)
+        result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha,
+                                               options.out, options.runs_dir, options.force)
     elif options.command == "gate":
         result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
-                                            options.margin, options.cells, options.force)
+                                            options.margin, options.cells, options.force,
+                                            options.alpha)
     else:
         result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha,
                                            options.margin)

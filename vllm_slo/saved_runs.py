@@ -3,7 +3,9 @@ A single-run folder is one trial; an experiment folder contributes one group per
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,9 +16,13 @@ from vllm_slo.reports.analysis.comparison import (
     Group,
     center_estimate,
     format_estimate,
+    format_level,
     gate,
+    holm_family_text,
+    instance_scope,
     plan_trials,
     trial_values_text,
+    within_instance_warning,
 )
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
@@ -26,8 +32,15 @@ from vllm_slo.reports.experiment_report import render_experiment, write_experime
 from vllm_slo.reports.render.experiment_text import render_comparison_text
 from vllm_slo.reports.render.text import format_trials_needed
 from vllm_slo.reports.run_report import render_run
-from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
+from vllm_slo.reports.trial_folders import (
+    check_run_files,
+    collect_trials,
+    is_experiment,
+    read_scenario,
+    trial_folders,
+)
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.scenarios.run_files import TRIALS_DIR
 
 GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")
 
@@ -39,10 +52,30 @@ class CommandResult:
     report_path: Path | None = None
 
 
-def groups_of(run_dir: Path) -> list[Group]:
-    if not run_dir.is_dir():
+def _check_range(flag: str, value: float, low: float, high: float, *,
+                 low_included: bool = False) -> float:
+    """A command-line fraction within its range, or exit 2 naming the flag and the range."""
+    inside = (low <= value if low_included else low < value) and value < high
+    if not inside or math.isnan(value):
+        bracket = "[" if low_included else "("
+        raise ScenarioError(f"{flag} {value:.4g} ({value:.1%}) is outside {bracket}{low:.0%}, "
+                            f"{high:.0%})")
+    return value
+
+
+def _run_folder(run_dir: Path) -> Path:
+    if not run_dir.exists():
         raise ScenarioError(f"run folder {run_dir} does not exist")
-    trials = collect_trials(run_dir)
+    if not run_dir.is_dir():
+        raise ScenarioError(f"{run_dir} is a file, not a run folder")
+    return run_dir
+
+
+def groups_of(run_dir: Path) -> list[Group]:
+    trials = collect_trials(_run_folder(run_dir))
+    if not trials:
+        raise ScenarioError(f"{run_dir} holds no trial folder with a summary.json under "
+                            f"{TRIALS_DIR}/ (an experiment that never finished a trial)")
     if not is_experiment(run_dir):
         return [Group(run_dir.name, tuple(trials))]
     variants = list(dict.fromkeys(t.variant for t in trials))
@@ -53,18 +86,67 @@ def groups_of(run_dir: Path) -> list[Group]:
     return [Group(label(v), tuple(t for t in trials if t.variant == v)) for v in variants]
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def _same_trials(groups: Sequence[Group]) -> list[str]:
+    """Trial folders that appear in more than one compared group (a run given twice, or a
+    trial folder beside the experiment that holds it)."""
+    seen: dict[Path, int] = {}
+    repeated = []
+    for index, group in enumerate(groups):
+        for trial in group.trials:
+            folder = trial.run_dir.resolve()
+            if folder in seen and seen[folder] != index:
+                repeated.append(f"{trial.run_dir} is in both {groups[seen[folder]].label} "
+                                f"and {group.label}")
+            seen.setdefault(folder, index)
+    return repeated
+
+
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
-                       out_dir: Path | None = None) -> CommandResult:
+                       out_dir: Path | None = None, runs_root: Path = Path("runs"),
+                       force: bool = False) -> CommandResult:
     """Compare saved runs (the first is the baseline): summary.json and report.html through
     the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
-    folder next to the first run)."""
+    folder under `runs_root`, never inside a compared run's folder). Runs of different
+    workloads or seed sets are refused unless `force` (the check `gate` makes, one function);
+    model, vLLM version and host differences are named (they may be what is compared)."""
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
+    _check_range("--alpha", alpha, 0.0, 1.0)
     groups = [group for run_dir in run_dirs for group in groups_of(run_dir)]
+    repeated = _same_trials(groups)
+    if repeated:
+        raise ScenarioError("refusing to compare a run with itself (every change would be 0 "
+                            "by construction): " + "; ".join(repeated[:3]))
+    baseline = groups[0]
+    refused: list[str] = []
+    noted: list[str] = []
+    for candidate in groups[1:]:
+        for mismatch in comparability(candidate, baseline):
+            where = f"{candidate.label} vs {baseline.label}: {mismatch.text}"
+            (refused if mismatch.refuses_compare else noted).append(where)
+    if refused and not force:
+        raise ScenarioError("refusing to compare runs of different workloads (use --force to "
+                            "compare anyway):\n  " + "\n  ".join(refused))
     run_id = f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id)
-    out_dir = out_dir or run_dirs[0].parent / run_id
-    out_dir.mkdir(parents=True, exist_ok=True)
+    notes = [f"{'--force: ' if w in refused else ''}{w}" for w in (*refused, *noted)]
+    if notes:
+        summary = dataclasses.replace(summary, warnings=(*notes, *summary.warnings))
+    out_dir = out_dir or runs_root / run_id
+    inside = [p for p in run_dirs if _inside(out_dir, p)]
+    if inside:
+        raise ScenarioError(f"the comparison's folder {out_dir} would be inside the compared "
+                            f"run {inside[0]}; pass --runs-dir elsewhere")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ScenarioError(f"cannot create the comparison's folder {out_dir} "
+                            f"(--runs-dir): {error.strerror or error}") from None
     written = write_experiment(out_dir, summary, groups)
     text = render_comparison_text(summary)
     return CommandResult(f"{text}\n\nreport: {written.report_path}", ExitCode.PASS,
@@ -92,22 +174,46 @@ def _identity(trial: Trial) -> dict[str, Any]:
             "workload": workload}
 
 
-def gate_mismatches(candidate: Group, baseline: Group) -> list[str]:
-    """Why two sides are not comparable (empty: they are). Model, vLLM version, host and
-    workload must be one value over every trial of both sides. Seeds may differ from trial to
-    trial, but both sides must have used the same set of seeds (the same prompt sequences)."""
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One way two sides differ. `refuses_compare`: the sides measured different things
+    (workload, prompts), which `compare` refuses too; the others (model, vLLM version, host)
+    may be the point of a comparison, and only `gate` refuses them."""
+
+    key: str
+    text: str
+    refuses_compare: bool
+
+
+def comparability(candidate: Group, baseline: Group) -> list[Mismatch]:
+    """Why two sides are not comparable (empty: they are), the one check `gate` and `compare`
+    make. Model, vLLM version, host and workload must be one value over every trial of both
+    sides. Seeds may differ from trial to trial, but both sides must have used the same set of
+    seeds (the same prompt sequences). Different scenario names are noted, never refused."""
     mismatches = []
     identities = [_identity(t) for t in (*candidate.trials, *baseline.trials)]
     for key in GATE_IDENTITY:
         values = {json.dumps(identity[key], sort_keys=True) for identity in identities}
         if len(values) > 1:
-            mismatches.append(f"{key} differs: {' vs '.join(sorted(values))}")
+            mismatches.append(Mismatch(key, f"{key} differs: {' vs '.join(sorted(values))}",
+                                       key == "workload"))
     seeds = [sorted({t.scenario.traffic.seed for t in side.trials})
              for side in (candidate, baseline)]
     if seeds[0] != seeds[1]:
-        mismatches.append(f"seeds differ: candidate used {seeds[0]}, baseline {seeds[1]} "
-                          f"(each side may use several seeds, but the same set)")
+        mismatches.append(Mismatch(
+            "seeds", f"seeds differ: candidate used {seeds[0]}, baseline {seeds[1]} (each side "
+            f"may use several seeds, but the same set)", True))
+    names = [sorted({t.scenario.name for t in side.trials}) for side in (candidate, baseline)]
+    if names[0] != names[1]:
+        mismatches.append(Mismatch(
+            "scenario", f"different scenarios: candidate {', '.join(names[0])}, baseline "
+            f"{', '.join(names[1])}", False))
     return mismatches
+
+
+def gate_mismatches(candidate: Group, baseline: Group) -> list[str]:
+    """What `gate` refuses without --force: every difference but a scenario's name."""
+    return [m.text for m in comparability(candidate, baseline) if m.key != "scenario"]
 
 
 def _single_group(run_dir: Path, role: str) -> Group:
@@ -119,26 +225,46 @@ def _single_group(run_dir: Path, role: str) -> Group:
 
 
 def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
-                    cells: Sequence[str] | None, force: bool) -> CommandResult:
+                    cells: Sequence[str] | None, force: bool, alpha: float = 0.05
+                    ) -> CommandResult:
+    _check_range("--margin", margin, 0.0, 1.0, low_included=True)
+    _check_range("--alpha", alpha, 0.0, 1.0)
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
-    mismatches = gate_mismatches(candidate, baseline)
-    if mismatches and not force:
+    repeated = _same_trials([candidate, baseline])
+    if repeated:
+        raise ScenarioError("refusing to gate a run against itself: " + "; ".join(repeated[:3]))
+    mismatches = comparability(candidate, baseline)
+    refused = [m.text for m in mismatches if m.key != "scenario"]
+    if refused and not force:
         raise ScenarioError("refusing to gate runs that are not comparable (use --force to "
-                            "gate anyway):\n  " + "\n  ".join(mismatches))
+                            "gate anyway):\n  " + "\n  ".join(refused))
     cells = list(cells or baseline.trials[0].scenario.compare.cells)
-    results = gate(candidate, baseline, cells, margin)
+    results = gate(candidate, baseline, cells, margin, alpha)
+    level = format_level(1.0 - alpha)
     lines = [f"gate: {candidate.label} vs baseline {baseline.label}, margin {margin:.1%} "
-             f"(PASS when the 95% CI of the ratio stays on the good side of 1 ± margin)"]
+             f"(PASS when the {level} CI of the ratio stays on the good side of 1 ± margin; "
+             f"FAIL when it lies wholly beyond, {holm_family_text(cells)})",
+             f"instances: {instance_scope(baseline, candidate).text()}"]
     for item in results:
         ratio = item.result.ratio
         shown = ("n/a" if ratio.value is None else
-                 f"{ratio.value:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}]"
+                 f"{ratio.value:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] "
+                 f"({format_level(ratio.confidence)} CI)"
                  if ratio.ci_low is not None else f"{ratio.value:.3f}")
-        notes = "; ".join(item.result.warnings)
+        notes = list(item.result.warnings)
+        if item.not_after_holm:
+            notes.append(f"beyond the margin at {level}, but not after Holm over "
+                         f"{item.family_size} cells")
+        elif item.holm_factor > 1:
+            notes.append(f"Holm step: {format_level(ratio.confidence)} interval")
         lines.append(f"{item.result.verdict.value:<12} {item.cell:<24} ratio {shown}"
-                     f"{'  (' + notes + ')' if notes else ''}")
-    lines += [f"warning (--force): {m}" for m in mismatches]
+                     f"{'  (' + '; '.join(notes) + ')' if notes else ''}")
+    lines += [f"warning (--force): {m}" for m in refused]
+    lines += [f"note: {m.text}" for m in mismatches if m.key == "scenario"]
+    warning = within_instance_warning(baseline, candidate)
+    if warning:
+        lines.append(f"warning: {warning}")
     verdicts = {item.result.verdict for item in results}
     code = (ExitCode.SLO_FAILED if Verdict.FAIL in verdicts else
             ExitCode.INCONCLUSIVE if Verdict.INCONCLUSIVE in verdicts else ExitCode.PASS)
@@ -149,8 +275,7 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
 def report_saved_run(run_dir: Path) -> CommandResult:
     """Rebuild every output of a run folder from the folder alone; an experiment re-renders
     each trial's outputs first, then its own."""
-    if not run_dir.is_dir():
-        raise ScenarioError(f"run folder {run_dir} does not exist")
+    _run_folder(run_dir)
     from vllm_slo.tuner import is_tune, report_tune
 
     if is_tune(run_dir):
@@ -163,10 +288,13 @@ def report_saved_run(run_dir: Path) -> CommandResult:
                              f"{rendered.report_path}", outcome.exit_code,
                              rendered.report_path)
     if is_experiment(run_dir):
+        read_scenario(run_dir)
         for trial_dir, _, _ in trial_folders(run_dir):
+            check_run_files(trial_dir)
             render_run(trial_dir)
         rendered = render_experiment(run_dir)
     else:
+        check_run_files(run_dir)
         rendered = render_run(run_dir)
     return CommandResult(f"{rendered.text}\n\nreport: {rendered.report_path}",
                          ExitCode(rendered.summary["exit_code"]), rendered.report_path)
@@ -179,14 +307,24 @@ def plan_saved_run(run_dir: Path, effect: float, alpha: float,
 
 def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
                         margin: float = 0.05) -> str:
+    _check_range("--effect", effect, -1.0, 100.0)
+    if effect == 0:
+        raise ScenarioError("--effect 0% asks for a change of nothing: give the smallest change "
+                            "worth detecting, e.g. 10%")
+    _check_range("--alpha", alpha, 0.0, 1.0)
+    _check_range("--margin", margin, 0.0, 1.0)
     groups = groups_of(run_dir)
     cells = list(groups[0].trials[0].scenario.compare.cells)
     plans = plan_trials(groups, cells, effect, alpha)
     if not plans:
-        return (f"{run_dir} has fewer than 2 valid trials per variant: run a pilot with "
-                f"trials >= 2 (e.g. trials=5) to measure the trial-to-trial variation")
+        counts = ", ".join(f"{g.label}: {g.valid_trials} valid trial(s) on {g.instances} "
+                           f"instance(s)" for g in groups)
+        return (f"{run_dir} cannot estimate the restart-to-restart variation: it needs >= 2 "
+                f"valid trials on distinct server instances in a variant ({counts}); run a "
+                f"pilot with trials >= 2 (e.g. trials=5), each on a fresh server")
     lines = [f"trials per variant to detect a {effect:.0%} change at alpha {alpha:g} with 80% "
-             f"power (Mann-Whitney on per-trial statistics):"]
+             f"power (Mann-Whitney on per-trial statistics), from the variation across "
+             f"distinct server instances:"]
     for item in plans:
         plan = item.plan
         gate_trials = trials_for_gate(plan.cv, margin)
@@ -199,5 +337,6 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
             center = center_estimate(group, item.cell)
             shown = format_estimate(item.cell, center.value, center.ci_low, center.ci_high)
             values = [float(v) for v in group.values(item.cell)]
-            lines.append(f"    {group.label}: {shown} {trial_values_text(item.cell, values)}")
+            lines.append(f"    {group.label}: {shown} {trial_values_text(item.cell, values)}"
+                         f" ({group.instances} instance(s))")
     return "\n".join(lines)

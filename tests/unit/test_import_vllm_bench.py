@@ -33,7 +33,7 @@ import yaml
 from vllm_slo import cli
 from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
 from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_saved_run
-from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.vllm_bench.command import import_vllm_bench
@@ -196,6 +196,38 @@ def test_summary_agrees_with_vllm_bench(chat_run) -> None:
         data["mean_ttft_ms"], abs=1.0)
     assert summary["metrics"]["tpot"]["count"] == 60
     assert any("role chunk" in w for w in summary["warnings"])
+
+
+@pytest.mark.parametrize("drop", [(), OLDER_VLLM_MISSING], ids=["recorded", "reconstructed"])
+def test_throughput_is_vllm_benchs_own(tmp_path: Path, drop: tuple[str, ...]) -> None:
+    # real result files; vLLM bench's figures are read from each, never typed in. Throughput
+    # is tokens (requests) over the span measured, and the span is vLLM bench's duration, so
+    # the two agree (within 2%, the done-when of issue 24; in fact to rounding), also when
+    # the send times had to be reconstructed
+    summaries, sources = {}, {}
+    for path in (CHAT1, CHAT2, MIXED, OVERLOAD):
+        source = sources[path] = older_copy(path, tmp_path, *drop) if drop else path
+        out = tmp_path / f"run-{path.stem}"
+        import_vllm_bench([source], out)
+        summary = json.loads((out / "summary.json").read_text())
+        summaries[path] = summary["throughput"]
+        data = load(path)
+        for ours, theirs in (("output_tokens_per_s", "output_throughput"),
+                             ("requests_per_s", "request_throughput")):
+            estimate = summary["throughput"][ours]
+            assert estimate["value"] == pytest.approx(data[theirs], rel=0.02), (path, ours)
+            # an interval of real spread, not a point: bins of one run differ
+            assert estimate["ci_low"] < estimate["value"] < estimate["ci_high"], (path, ours)
+        assert summary["throughput"]["rate_span_s"] == pytest.approx(data["duration"])
+    # two trials of one setting: different data, different throughputs
+    first, second = summaries[CHAT1], summaries[CHAT2]
+    assert load(CHAT1)["start_times"] != load(CHAT2)["start_times"]
+    assert first["output_tokens_per_s"]["value"] != second["output_tokens_per_s"]["value"]
+    assert first["requests_per_s"]["value"] != second["requests_per_s"]["value"]
+    # the same data twice: the same numbers
+    import_vllm_bench([sources[CHAT1]], tmp_path / "again")
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())["throughput"]
+    assert again["output_tokens_per_s"] == first["output_tokens_per_s"]
 
 
 def test_latency_from_send_reproduces_vllm_bench(tmp_path: Path) -> None:
@@ -484,10 +516,15 @@ def test_saved_run_commands_work_on_the_experiment(experiment, chat_run, tmp_pat
     report = report_saved_run(out)
     assert report.report_path == out / "report.html"
     plan = plan_from_saved_run(out, 0.1, 0.05)
-    assert "trials per variant to detect a 10% change" in plan  # variant a has 2 trials
+    # variant a's 2 files share their label, so one server instance: no restart variation
+    assert "cannot estimate the restart-to-restart variation" in plan
+    assert "a: 2 valid trial(s) on 1 instance(s)" in plan
     single, _, _ = chat_run
-    compared = compare_saved_runs([single, out], None, 0.05, tmp_path / "compare")
+    with pytest.raises(ScenarioError, match="workload differs"):  # b: completions, 40 prompts
+        compare_saved_runs([single, out], None, 0.05, tmp_path / "compare")
+    compared = compare_saved_runs([single, out], None, 0.05, tmp_path / "compare", force=True)
     assert compared.exit_code == ExitCode.PASS
+    assert "--force: experiment:b vs chat: workload differs" in compared.text
     assert (tmp_path / "compare" / "report.html").is_file()
 
 

@@ -1,7 +1,8 @@
 """Rebuild an experiment's outputs (trials × variants) from its folder alone: the trials' own
 folders (each already rendered) + the scenario -> summary.json (schema
-reports/schema/experiment-summary.schema.json), report.html and the text returned. The same
-writer serves `vllm-slo compare` (saved_runs), whose summary comes from the same builder.
+reports/schema/experiment-summary.schema.json), report.html, junit.xml and summary.md
+(render/experiment_ci.py: a CI step reads an A/B as it reads a run) and the text returned. The
+same writer serves `vllm-slo compare` (saved_runs), whose summary comes from the same builder.
 
     vllm-slo report runs/<experiment>
 """
@@ -22,12 +23,26 @@ from vllm_slo.reports.analysis.experiment_summary import (
     build_experiment_summary,
     pooled_series,
 )
+from vllm_slo.reports.render.experiment_ci import (
+    render_experiment_junit,
+    render_experiment_markdown,
+)
 from vllm_slo.reports.render.experiment_html import build_experiment_view, render_experiment_html
-from vllm_slo.reports.render.experiment_text import render_experiment_text
+from vllm_slo.reports.render.experiment_text import (
+    render_comparison_text,
+    render_experiment_text,
+)
+from vllm_slo.reports.render.markdown import append_step_summary
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.reports.trial_folders import collect_trials
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import REPORT_FILE, SCENARIO_FILE, SUMMARY_FILE
+from vllm_slo.scenarios.run_files import (
+    JUNIT_FILE,
+    REPORT_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+    SUMMARY_MD_FILE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +50,8 @@ class WrittenExperiment:
     summary: dict[str, Any]  # summary.json's content as written
     summary_path: Path
     report_path: Path
+    junit_path: Path | None = None
+    markdown_path: Path | None = None
 
 
 def load_experiment(run_dir: Path, interrupted: bool = False
@@ -54,11 +71,20 @@ def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence
     view = build_experiment_view(summary, {g.label: pooled_series(g.trials) for g in groups})
     report_path = out_dir / REPORT_FILE
     report_path.write_text(render_experiment_html(view), encoding="utf-8")
-    return WrittenExperiment(document, summary_path, report_path)
+    # junit.xml and summary.md as a single run writes them: a CI gate reads an A/B the same way
+    text = (render_comparison_text(summary) if summary.kind == "comparison"
+            else render_experiment_text(summary))
+    junit_path = out_dir / JUNIT_FILE
+    junit_path.write_text(render_experiment_junit(summary, text), encoding="utf-8")
+    markdown = render_experiment_markdown(summary)
+    markdown_path = out_dir / SUMMARY_MD_FILE
+    markdown_path.write_text(markdown, encoding="utf-8")
+    append_step_summary(markdown)
+    return WrittenExperiment(document, summary_path, report_path, junit_path, markdown_path)
 
 
 def render_experiment(run_dir: Path, interrupted: bool = False) -> RenderedRun:
     summary, groups = load_experiment(run_dir, interrupted)
     written = write_experiment(run_dir, summary, groups)
     return RenderedRun(written.summary, render_experiment_text(summary), written.report_path,
-                       written.summary_path)
+                       written.summary_path, written.junit_path, written.markdown_path)

@@ -4,24 +4,115 @@ folder per trial (`trials/NNN-<variant>-<k>/`). The values they become: `analysi
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from vllm_slo.reports.analysis.run_metrics import run_series, series_by_profile
 from vllm_slo.reports.analysis.trials import Trial, TrialOutcome
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.samples import load_samples
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import SCENARIO_FILE, SUMMARY_FILE, TRIALS_DIR
+from vllm_slo.scenarios.run_files import (
+    PROVENANCE_FILE,
+    SCENARIO_FILE,
+    STATUS_FILE,
+    SUMMARY_FILE,
+    TRIALS_DIR,
+)
+from vllm_slo.scenarios.run_status import RunStatus
+from vllm_slo.scenarios.samples_format import SAMPLES_FILE
+
+#: a trial folder's name: `NNN-<variant>-<k>` (experiment_runner.trial_folder_name); anything
+#: else under trials/ (a `compare-<UTC>` folder someone wrote there, notes) is not a trial
+TRIAL_FOLDER = re.compile(r"^(\d+)-(.+)-(\d+)$")
+MAX_REASON_CHARS = 300
+#: what reading a damaged file raises: I/O, text that is not UTF-8, YAML/JSON syntax, pydantic
+#: (a ValueError), a missing key or a wrong type in summary.json, a truncated Arrow/Parquet file
+DAMAGE = (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, KeyError, TypeError,
+          pa.ArrowException)
+
+
+def damage_reason(error: BaseException) -> str:
+    """The first line of what went wrong, short (a YAML alias bomb's message is megabytes)."""
+    lines = str(error).strip().splitlines()
+    text = redact_text(lines[0] if lines else type(error).__name__)
+    if len(text) > MAX_REASON_CHARS:
+        text = text[:MAX_REASON_CHARS] + "…"
+    return f"{type(error).__name__}: {text}"
+
+
+@contextmanager
+def naming(path: Path, hint: str = "") -> Iterator[None]:
+    """A damaged run-folder file becomes a usage error (exit 2) naming the file, never a
+    traceback that exits 1 (which `gate` means as "regression")."""
+    try:
+        yield
+    except DAMAGE as error:
+        raise ScenarioError(f"{path} is damaged or unreadable ({damage_reason(error)})"
+                            f"{'; ' + hint if hint else ''}") from None
+
+
+def read_scenario(run_dir: Path) -> Scenario:
+    path = run_dir / SCENARIO_FILE
+    if not path.is_file():
+        raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
+    with naming(path):
+        return Scenario.model_validate(yaml.safe_load(path.read_text()))
+
+
+SAMPLES_HINT = "delete it to have the rows read from samples/*.arrows"
+
+
+def read_provenance(run_dir: Path) -> Provenance:
+    with naming(run_dir / PROVENANCE_FILE):
+        return Provenance.read(run_dir)
+
+
+def read_samples(run_dir: Path) -> pa.Table:
+    with naming(run_dir / SAMPLES_FILE, SAMPLES_HINT):
+        return load_samples(run_dir)
+
+
+def check_run_files(run_dir: Path) -> Scenario:
+    """Read a run folder's small files (scenario, status, provenance) and the samples' footer,
+    each damage named by its file, before a report is rebuilt from them."""
+    scenario = read_scenario(run_dir)
+    with naming(run_dir / STATUS_FILE):
+        RunStatus.read(run_dir)
+    read_provenance(run_dir)
+    if (run_dir / SAMPLES_FILE).is_file():
+        with naming(run_dir / SAMPLES_FILE, SAMPLES_HINT):
+            pq.read_metadata(run_dir / SAMPLES_FILE)
+    return scenario
+
+
+def _outcome(run_dir: Path) -> TrialOutcome:
+    """summary.json's outcome; rebuilt from the folder's data (nothing written) when the file
+    is missing or damaged."""
+    path = run_dir / SUMMARY_FILE
+    try:
+        return TrialOutcome.from_json_dict(json.loads(path.read_text()))
+    except DAMAGE:
+        from vllm_slo.reports.run_report import load_run  # the run report's own reading
+
+        document = load_run(run_dir).document
+        return TrialOutcome(document.exit_code, tuple(document.invalid_reasons),
+                            tuple(document.slos))
 
 
 def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
-    scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
-    provenance = Provenance.read(run_dir).to_json_dict()
-    outcome = TrialOutcome.from_json_dict(json.loads((run_dir / SUMMARY_FILE).read_text()))
-    table = load_samples(run_dir)
+    scenario = check_run_files(run_dir)
+    provenance = read_provenance(run_dir).to_json_dict()
+    outcome = _outcome(run_dir)
+    table = read_samples(run_dir)
     window_s = scenario.traffic.duration_s
     return Trial(variant, position, run_dir, scenario, redact_secrets(provenance), outcome,
                  run_series(table, window_s),
@@ -36,11 +127,11 @@ def trial_folders(run_dir: Path) -> list[tuple[Path, str, int]]:
     """(folder, variant, position) for each trial folder `NNN-<variant>-<k>` in order."""
     folders = []
     for folder in sorted((run_dir / TRIALS_DIR).iterdir()):
-        if not (folder / SUMMARY_FILE).is_file():
+        name = TRIAL_FOLDER.match(folder.name)
+        if name is None or not (folder / SUMMARY_FILE).is_file():
             continue
-        position_text, rest = folder.name.split("-", 1)
-        variant = rest.rsplit("-", 1)[0]
-        folders.append((folder, "" if variant == "run" else variant, int(position_text)))
+        variant = name.group(2)
+        folders.append((folder, "" if variant == "run" else variant, int(name.group(1))))
     return folders
 
 

@@ -24,6 +24,7 @@ import yaml
 from vllm_slo.experiment_runner import trial_folder_name
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.render.text import exit_code_line
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.saved_runs import CommandResult
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
@@ -39,10 +40,69 @@ _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 @dataclass(slots=True)
 class _Plan:
-    """Which record goes where: label (= variant) per record, in the order given."""
+    """Which record goes where: label (= variant) and server instance per record, in the
+    order given."""
 
     records: list[BenchRecord] = field(default_factory=list)
     labels: list[str | None] = field(default_factory=list)
+    instances: list[str | None] = field(default_factory=list)
+
+
+MAX_INSTANCE_CHARS = 200
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _instance_name(template: str, file: Path, label: str | None, where: str) -> str:
+    """`--instance` text with `{file}` (the file's name without .json) and `{label}` filled."""
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key == "file":
+            return file.name.removesuffix(".json")
+        if key == "label":
+            return label or "run"
+        raise ScenarioError(f"{where} {template!r}: unknown placeholder {{{key}}} (use {{file}} "
+                            f"or {{label}})")
+
+    name = _PLACEHOLDER.sub(fill, template)
+    if not name or len(name) > MAX_INSTANCE_CHARS or not name.isprintable():
+        raise ScenarioError(f"{where} {template!r}: an instance name is 1-{MAX_INSTANCE_CHARS} "
+                            f"printable characters")
+    return name
+
+
+def _instances(pairs: Sequence[tuple[Path, str | None]], instances: Sequence[str]
+               ) -> list[str | None]:
+    """The server instance of each file: `--instance NAME=FILE` for that file, else the one
+    `--instance NAME` (a template: `{file}`, `{label}`), else the file's label (files with one
+    label ran on one server unless said otherwise), else unknown (None)."""
+    default: str | None = None
+    per_file: dict[Path, str] = {}
+    known = {file.expanduser().resolve() for file, _ in pairs}
+    for text in instances:
+        name, sep, file_name = text.partition("=")
+        if not sep:
+            if default is not None:
+                raise ScenarioError(f"--instance {default!r} and --instance {text!r}: give one "
+                                    f"NAME for all files (placeholders {{file}}, {{label}}), "
+                                    f"or NAME=FILE per file")
+            default = text
+            continue
+        target = Path(file_name).expanduser().resolve()
+        if not name or not file_name:
+            raise ScenarioError(f"--instance {text!r}: expected NAME or NAME=FILE")
+        if target not in known:
+            raise ScenarioError(f"--instance {text!r}: {file_name} is not one of the files "
+                                f"imported")
+        if target in per_file:
+            raise ScenarioError(f"--instance: {file_name} is given two instances")
+        per_file[target] = name
+    resolved: list[str | None] = []
+    for file, label in pairs:
+        explicit = per_file.get(file.expanduser().resolve())
+        template = explicit or default or ("{label}" if label else None)
+        resolved.append(None if template is None else
+                        _instance_name(template, file, label, "--instance"))
+    return resolved
 
 
 def _check_label(label: str, where: str) -> str:
@@ -56,7 +116,8 @@ def _check_label(label: str, where: str) -> str:
     return label
 
 
-def _assign(files: Sequence[Path], labels: Sequence[str], variants: Sequence[str]) -> _Plan:
+def _assign(files: Sequence[Path], labels: Sequence[str], variants: Sequence[str],
+            instances: Sequence[str] = ()) -> _Plan:
     if files and variants:
         raise ScenarioError("give the files either as arguments (labelled with --label) or all "
                             "as --variant NAME=FILE, not both")
@@ -84,10 +145,11 @@ def _assign(files: Sequence[Path], labels: Sequence[str], variants: Sequence[str
         raise ScenarioError(f"{len(labels)} --label values for {len(files)} files: give one "
                             f"label for all files, or one per file in the same order")
     plan = _Plan()
-    for file, label in pairs:
+    for (file, label), instance in zip(pairs, _instances(pairs, instances), strict=True):
         for record in read_records(file):
             plan.records.append(record)
             plan.labels.append(label)
+            plan.instances.append(instance)
     return plan
 
 
@@ -149,6 +211,8 @@ def _line(run: ImportedRun, out: Path) -> str:
     rows = run.rows
     where = run.run_dir.relative_to(out) if run.run_dir != out else Path(".")
     label = f" [{run.label}]" if run.label else ""
+    if run.instance and run.instance != run.label:
+        label += f" on {run.instance}"
     return (f"  {run.record.name}{label} -> {where}: {rows.requests} requests, "
             f"{rows.failed} failed; send times "
             f"{'reconstructed' if rows.reconstructed else 'recorded'}")
@@ -156,15 +220,15 @@ def _line(run: ImportedRun, out: Path) -> str:
 
 def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[str] = (),
                       variants: Sequence[str] = (), slo_from: str | None = None,
-                      latency_from: str = "arrival", runs_root: Path = Path("runs")
-                      ) -> CommandResult:
+                      latency_from: str = "arrival", runs_root: Path = Path("runs"),
+                      instances: Sequence[str] = ()) -> CommandResult:
     """Import `vllm bench serve` result files into a run folder (one record) or an
     experiment folder (several: one trial each, grouped into variants by label), render
     them, and return the rendered text with the run's exit code."""
     if latency_from not in LATENCY_FROM:
         raise ScenarioError(f"--latency-from {latency_from!r}: expected one of "
                             f"{', '.join(LATENCY_FROM)}")
-    plan = _assign(files, labels, variants)
+    plan = _assign(files, labels, variants, instances)
     for record in plan.records:
         parse_record(record)  # every file is checked before anything is written
     slo_source = _slo_source(slo_from)
@@ -174,18 +238,19 @@ def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[
     out = _fresh_folder(out)
     lines = [f"importing {len(plan.records)} vllm bench result(s) into {out}"]
     if len(plan.records) == 1:
-        run = write_run(out, plan.records[0], plan.labels[0], slo_source, latency_from)
+        run = write_run(out, plan.records[0], plan.labels[0], slo_source, latency_from,
+                        plan.instances[0])
         rendered = render_run(out)  # its text lists the run's warnings
         lines.append(_line(run, out))
     else:
         trial_numbers: dict[str | None, int] = {}
         runs = []
-        for position, (record, label) in enumerate(zip(plan.records, plan.labels,
-                                                       strict=True), start=1):
+        for position, (record, label, instance) in enumerate(zip(
+                plan.records, plan.labels, plan.instances, strict=True), start=1):
             trial_numbers[label] = trial_numbers.get(label, 0) + 1
             trial_dir = out / TRIALS_DIR / trial_folder_name(position, label or "",
                                                              trial_numbers[label])
-            run = write_run(trial_dir, record, label, slo_source, latency_from)
+            run = write_run(trial_dir, record, label, slo_source, latency_from, instance)
             render_run(trial_dir)
             runs.append(run)
             lines.append(_line(run, out))
@@ -197,6 +262,9 @@ def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[
         warnings = list(dict.fromkeys(w for r in runs for w in r.rows.warnings))
         lines += [f"  warning: {w}" for w in warnings]
     code = ExitCode(rendered.summary["exit_code"])
+    slo_count = 0 if slo_source is None else len(slo_source.slo.rules())
     lines += ["", rendered.text, "", f"report: {rendered.report_path}",
-              f"exit code {int(code)} ({code.name})"]
+              exit_code_line(int(code), slo_count)]
+    if slo_count == 0:
+        lines.append("(--slo-from SCENARIO judges the imported runs against its SLOs)")
     return CommandResult("\n".join(lines), code, rendered.report_path)

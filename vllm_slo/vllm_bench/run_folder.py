@@ -50,6 +50,7 @@ class ImportedRun:
     run_dir: Path
     rows: Rows
     rendered: RenderedRun | None = None
+    instance: str | None = None
 
 
 def anchor_unix_s(record: BenchRecord, parsed: ParsedBench) -> tuple[float, str]:
@@ -83,7 +84,7 @@ def _arrival(parsed: ParsedBench) -> dict[str, Any]:
             "max_in_flight": cap}
 
 
-def trial_scenario(record: BenchRecord, parsed: ParsedBench, label: str | None,
+def trial_scenario(record: BenchRecord, parsed: ParsedBench, instance: str | None,
                    slo_source: Scenario | None) -> Scenario:
     """A valid single-run scenario describing what vLLM bench did (the profile is the
     model's default: the scenario model has no profile for external traffic)."""
@@ -100,7 +101,7 @@ def trial_scenario(record: BenchRecord, parsed: ParsedBench, label: str | None,
     model = setup.get("model_id")
     document: dict[str, Any] = {
         "name": SCENARIO_NAME, "description": description,
-        "server": {"model": str(model) if model else "unknown", "instance": label},
+        "server": {"model": str(model) if model else "unknown", "instance": instance},
         "traffic": {"endpoint": parsed.endpoint, "arrival": _arrival(parsed),
                     "duration": parsed.duration_s, "warmup": 0.0, "cooldown": 0.0,
                     "prefix_cache": "keep"},
@@ -111,7 +112,7 @@ def trial_scenario(record: BenchRecord, parsed: ParsedBench, label: str | None,
     return Scenario.model_validate(document)
 
 
-def _provenance(record: BenchRecord, parsed: ParsedBench, label: str | None, rows: Rows,
+def _provenance(record: BenchRecord, parsed: ParsedBench, instance: str | None, rows: Rows,
                 anchor: tuple[float, str], latency_from: str) -> dict[str, Any]:
     vllm_version = next((str(parsed.metadata[k]) for k in ("vllm_version", "version")
                          if parsed.metadata.get(k)), None)
@@ -122,7 +123,7 @@ def _provenance(record: BenchRecord, parsed: ParsedBench, label: str | None, row
         "started_utc": datetime.fromtimestamp(anchor[0], timezone.utc).isoformat(),
         "suite_version": _suite_version(),
         "imported_utc": datetime.now(timezone.utc).isoformat(),
-        "server_instance": {"kind": "imported", "label": label},
+        "server_instance": {"kind": "imported", "label": instance},
         "vllm_bench": {
             "file": str(record.path.resolve()), "sha256": record.sha256,
             "record": record.index, "records_in_file": record.count,
@@ -140,16 +141,18 @@ def _provenance(record: BenchRecord, parsed: ParsedBench, label: str | None, row
 
 
 def write_run(run_dir: Path, record: BenchRecord, label: str | None,
-              slo_source: Scenario | None, latency_from: str = "arrival") -> ImportedRun:
-    """One complete run folder from one record (not rendered)."""
+              slo_source: Scenario | None, latency_from: str = "arrival",
+              instance: str | None = None) -> ImportedRun:
+    """One complete run folder from one record (not rendered); `label` is its variant,
+    `instance` the server it ran on (server.instance, provenance `server_instance.label`)."""
     parsed = parse_record(record)
     anchor = anchor_unix_s(record, parsed)
     rows = build_rows(parsed, anchor[0], latency_from)
-    scenario = trial_scenario(record, parsed, label, slo_source)
+    scenario = trial_scenario(record, parsed, instance, slo_source)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
-    provenance = _provenance(record, parsed, label, rows, anchor, latency_from)
+    provenance = _provenance(record, parsed, instance, rows, anchor, latency_from)
     Provenance.model_validate(provenance).write(run_dir, redact_secrets)
     warnings = [f"imported from vllm bench serve ({record.name}); send times {rows.send_times}",
                 "the traffic profile in scenario.yaml is a placeholder (the workload was vLLM "
@@ -160,4 +163,4 @@ def write_run(run_dir: Path, record: BenchRecord, label: str | None,
         shutil.copyfile(record.path, run_dir / SOURCE_COPY)
     else:
         (run_dir / SOURCE_COPY).write_text(json.dumps(record.data) + "\n")
-    return ImportedRun(record, label, run_dir, rows)
+    return ImportedRun(record, label, run_dir, rows, instance=instance)

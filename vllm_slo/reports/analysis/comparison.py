@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from vllm_slo.reports.analysis.statistics import Estimate, across_trials_estimate
+from vllm_slo.reports.analysis.statistics import Estimate, Verdict, across_trials_estimate
 from vllm_slo.reports.analysis.trial_planning import TrialPlan, trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
@@ -22,8 +22,11 @@ from vllm_slo.reports.analysis.trial_statistics import (
     smallest_adjusted_p,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
+from vllm_slo.reports.analysis.trials import Trial, instance_key, trial_cell_value
 from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
+
+WITHIN_INSTANCE = "within-instance"
+BETWEEN_INSTANCES = "between-instances"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,76 @@ class Group:
     def valid_trials(self) -> int:
         return sum(1 for t in self.trials if t.valid)
 
+    def instance_keys(self) -> list[str]:
+        """Each valid trial's server instance (`trials.instance_key`; a trial that does not
+        say is an instance of its own)."""
+        return [instance_key(t) or f"trial {t.run_dir}" for t in self.trials if t.valid]
+
+    @property
+    def instances(self) -> int:
+        """Distinct server instances among the valid trials."""
+        return len(set(self.instance_keys()))
+
+    def instance_values(self, cell: str) -> np.ndarray:
+        """One value per distinct instance: the geometric mean of its trials' values (the
+        arithmetic mean where a value is <= 0), so trials of one server count once."""
+        by_instance: dict[str, list[float]] = {}
+        valid = [t for t in self.trials if t.valid]
+        for trial, key in zip(valid, self.instance_keys(), strict=True):
+            value = trial_cell_value(trial, cell)
+            if value is not None and math.isfinite(value):
+                by_instance.setdefault(key, []).append(value)
+        means = [float(np.exp(np.mean(np.log(v)))) if min(v) > 0 else float(np.mean(v))
+                 for v in by_instance.values()]
+        return np.asarray(means, dtype=float)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceScope:
+    """How many distinct server instances each side of a comparison has, and what the
+    between-arm verdict is therefore about: `between-instances` when every trial of both sides
+    ran on a server of its own, else `within-instance` (trials of one server are not
+    independent instances: a change may be the instances', not the config's)."""
+
+    baseline_trials: int
+    candidate_trials: int
+    baseline_instances: int
+    candidate_instances: int
+    shared_between_sides: int  # instances that served trials of both sides
+
+    @property
+    def scope(self) -> str:
+        independent = (self.baseline_instances == self.baseline_trials
+                       and self.candidate_instances == self.candidate_trials
+                       and not self.shared_between_sides)
+        return BETWEEN_INSTANCES if independent else WITHIN_INSTANCE
+
+    def text(self) -> str:
+        """`n=5+5 trials, 1+1 instances: within-instance`."""
+        shared = (f", {self.shared_between_sides} serving both sides"
+                  if self.shared_between_sides else "")
+        return (f"n={self.baseline_trials}+{self.candidate_trials} trials, "
+                f"{self.baseline_instances}+{self.candidate_instances} instances{shared}: "
+                f"{self.scope}")
+
+
+def instance_scope(baseline: Group, candidate: Group) -> InstanceScope:
+    base_keys, cand_keys = baseline.instance_keys(), candidate.instance_keys()
+    return InstanceScope(len(base_keys), len(cand_keys), len(set(base_keys)),
+                         len(set(cand_keys)), len(set(base_keys) & set(cand_keys)))
+
+
+def within_instance_warning(baseline: Group, candidate: Group) -> str | None:
+    """The note a within-instance comparison carries (None between instances)."""
+    scope = instance_scope(baseline, candidate)
+    if scope.scope == BETWEEN_INSTANCES:
+        return None
+    return (f"{candidate.label} vs {baseline.label}: {scope.text()} — trials that share a "
+            f"server instance are not independent instances, so the comparison covers no "
+            f"restart-to-restart variation and a difference may be the instances', not the "
+            f"config's (run each trial on a fresh server, or label restarts: server.instance, "
+            f"`import vllm-bench --instance`)")
+
 
 @dataclass(frozen=True, slots=True)
 class CellComparison:
@@ -52,8 +125,15 @@ class CellComparison:
 
 @dataclass(frozen=True, slots=True)
 class CellGate:
+    """One gated cell: `result` is the interval its verdict rests on (95% for PASS and
+    INCONCLUSIVE; a FAIL at its Holm step's level, `1 - alpha / holm_factor`)."""
+
     cell: str
     result: NonInferiority
+    holm_factor: int = 1
+    family_size: int = 1
+    #: a cell beyond the margin at 1 - alpha, but not after Holm over the family
+    not_after_holm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,27 +160,79 @@ def compare_groups(groups: Sequence[Group], cells: Sequence[str], alpha: float =
     return families
 
 
-def gate(candidate: Group, baseline: Group, cells: Sequence[str], margin: float
-         ) -> tuple[CellGate, ...]:
-    return tuple(CellGate(cell, non_inferiority(candidate.values(cell), baseline.values(cell),
-                                                margin, lower_is_better=lower_is_better(cell)))
-                 for cell in cells)
+def gate(candidate: Group, baseline: Group, cells: Sequence[str], margin: float,
+         alpha: float = 0.05) -> tuple[CellGate, ...]:
+    """`gate_values` on the two groups' per-trial values of each cell."""
+    return gate_values({cell: (candidate.values(cell), baseline.values(cell)) for cell in cells},
+                       margin, alpha)
+
+
+def gate_values(values: Mapping[str, tuple[np.ndarray, np.ndarray]], margin: float,
+                alpha: float = 0.05) -> tuple[CellGate, ...]:
+    """Non-inferiority per cell (cell -> candidate's and baseline's per-trial values). PASS
+    rests on each cell's own 1 - alpha interval (the gate passes only when every cell passes:
+    an intersection-union test needs no correction); FAIL is a claim about one cell among
+    many, so it is Holm-corrected over the cells that have an interval — the same family
+    `compare` runs Holm over: step k of m tests at 1 - alpha / (m - k + 1), the cells beyond
+    the margin at that level failing together."""
+    def judged(cell: str, confidence: float) -> NonInferiority:
+        candidate, baseline = values[cell]
+        return non_inferiority(candidate, baseline, margin,
+                               lower_is_better=lower_is_better(cell), confidence=confidence)
+
+    cells = list(values)
+    first = {cell: judged(cell, 1.0 - alpha) for cell in cells}
+    family = [cell for cell in cells if first[cell].ratio.ci_low is not None]
+    failed: dict[str, tuple[NonInferiority, int]] = {}
+    while True:
+        remaining = [cell for cell in family if cell not in failed]
+        factor = len(remaining)
+        if not factor:
+            break
+        stepped = {cell: judged(cell, 1.0 - alpha / factor) for cell in remaining
+                   if first[cell].verdict is Verdict.FAIL}
+        newly = [cell for cell, result in stepped.items() if result.verdict is Verdict.FAIL]
+        if not newly:
+            break
+        failed.update({cell: (stepped[cell], factor) for cell in newly})
+    results = []
+    for cell in cells:
+        if cell in failed:
+            result, factor = failed[cell]
+            results.append(CellGate(cell, result, factor, len(family)))
+        elif first[cell].verdict is Verdict.FAIL:
+            results.append(CellGate(
+                cell, dataclasses.replace(first[cell], verdict=Verdict.INCONCLUSIVE),
+                1, len(family), not_after_holm=True))
+        else:
+            results.append(CellGate(cell, first[cell], 1, len(family)))
+    return tuple(results)
 
 
 def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, alpha: float
                 ) -> tuple[CellPlan, ...]:
     """Trials per variant needed to detect `effect` in each cell, from the observed
-    trial-to-trial coefficient of variation (median over the groups that have >= 2 trials)."""
+    instance-to-instance coefficient of variation (median over the groups that have >= 2
+    distinct server instances; trials of one instance count once, as their mean: repeated
+    runs on one server do not show restart-to-restart variation)."""
     plans = []
     for cell in cells:
         cvs = []
+        collapsed = []
         for group in groups:
-            values = group.values(cell)
+            values = group.instance_values(cell)
+            if group.instances < group.valid_trials:
+                collapsed.append(f"{group.label}: {group.valid_trials} trials on "
+                                 f"{group.instances} instance(s)")
             if values.size >= 2 and np.mean(values) != 0:
                 cvs.append(float(np.std(values, ddof=1) / abs(np.mean(values))))
         if not cvs:
             continue
         plan = trials_needed(float(np.median(cvs)), effect, alpha)
+        if collapsed:
+            plan = dataclasses.replace(plan, warnings=(
+                *plan.warnings, "variation across distinct server instances only (trials of "
+                "one instance collapsed to their mean): " + "; ".join(collapsed)))
         floor = min_trials_for_family(len(cells), alpha)
         if plan.trials_per_variant is not None and plan.trials_per_variant < floor:
             plan = dataclasses.replace(
@@ -293,6 +425,12 @@ TABLE_LEGEND = (
     "too few trials ever to be significant (the widest interval they allow, at its own level)")
 
 
+def holm_family_text(cells: Sequence[str]) -> str:
+    """Which family Holm runs over, said the same way by `compare`, the experiment and `gate`."""
+    return (f"Holm over the {len(cells)} compared cell(s) of each pair: {', '.join(cells)}"
+            if len(cells) > 1 else f"one compared cell ({', '.join(cells)}): no Holm correction")
+
+
 def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellComparison, ...]],
                     cells: Sequence[str]) -> str:
     """benchstat's layout: center ±CI% per group; the change with its interval for every
@@ -320,5 +458,9 @@ def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellCompar
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += TABLE_LEGEND
+    lines.append(holm_family_text(cells))
+    for candidate in groups[1:]:
+        lines.append(f"{candidate.label} vs {baseline.label}: "
+                     f"{instance_scope(baseline, candidate).text()}")
     lines += [f"[{i}] {note}" for i, note in enumerate(notes, start=1)]
     return "\n".join(lines)

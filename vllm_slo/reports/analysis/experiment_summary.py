@@ -19,13 +19,16 @@ from vllm_slo.reports.analysis.comparison import (
     CellComparison,
     CellPlan,
     Group,
+    InstanceScope,
     benchstat_table,
     center_estimate,
     compare_groups,
     family_reachability_warnings,
     format_change,
     format_change_interval,
+    instance_scope,
     plan_trials,
+    within_instance_warning,
 )
 from vllm_slo.reports.analysis.run_metrics import RunSeries
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
@@ -166,15 +169,27 @@ class CellComparisonEntry:
 
 @dataclass(frozen=True, slots=True)
 class ComparisonEntry:
-    """One candidate against the baseline, every compared cell (one Holm family)."""
+    """One candidate against the baseline, every compared cell (one Holm family). `instances`
+    says how many distinct server instances each side's trials ran on, and `scope` whether
+    the verdict is between instances or within-instance (comparison.InstanceScope)."""
 
     baseline: str
     candidate: str
     cells: tuple[CellComparisonEntry, ...]
+    instances: InstanceScope | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "candidate": self.candidate,
-                "cells": [cell.to_json_dict() for cell in self.cells]}
+        document: dict[str, Any] = {
+            "baseline": self.baseline, "candidate": self.candidate,
+            "holm_family": [cell.cell for cell in self.cells],
+            "cells": [cell.to_json_dict() for cell in self.cells]}
+        if self.instances is not None:
+            scope = self.instances
+            document["instances"] = {
+                "baseline": scope.baseline_instances, "candidate": scope.candidate_instances,
+                "shared_between_sides": scope.shared_between_sides, "scope": scope.scope,
+                "text": scope.text()}
+        return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,10 +390,13 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
              ) -> _Compared:
     families = compare_groups(groups, cells, alpha) if len(groups) > 1 else []
     reach = tuple(w for family in families for w in family_reachability_warnings(family))
+    reach += tuple(w for candidate in groups[1:]
+                   for w in (within_instance_warning(groups[0], candidate),) if w)
     return _Compared(
         tuple(ComparisonEntry(f[0].baseline, f[0].candidate,
-                              tuple(CellComparisonEntry.of(item) for item in f))
-              for f in families),
+                              tuple(CellComparisonEntry.of(item) for item in f),
+                              instance_scope(groups[0], candidate))
+              for f, candidate in zip(families, groups[1:], strict=True)),
         tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha)),
         benchstat_table(groups, families, cells) if families else "", reach)
 

@@ -5,6 +5,7 @@ is `reports.trial_folders`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,27 @@ class Trial:
     @property
     def label(self) -> str:
         return self.variant or "run"
+
+
+def instance_key(trial: Trial) -> str | None:
+    """Which server instance served the trial, from provenance.json `server_instance`: a
+    launched server is its pid and start time (a fresh process per trial); an attached one is
+    its `server.instance` label, else its URL without userinfo (the same URL is the same
+    server, unless the user labels restarts); an imported run is its instance label. None when
+    the folder does not say (older folders): such a trial counts as an instance of its own."""
+    recorded = trial.provenance.get("server_instance")
+    if not isinstance(recorded, Mapping):
+        return None
+    label = recorded.get("label")
+    kind = recorded.get("kind")
+    if kind == "launched" and recorded.get("pid") is not None:
+        return f"pid {recorded.get('pid')} started {recorded.get('started_unix_s')}"
+    if label:
+        return f"label {label}"
+    url = recorded.get("url")
+    if kind == "attached" and isinstance(url, str) and url:
+        return "url " + re.sub(r"(?<=://)[^/@]*@", "", url)
+    return None
 
 
 def trial_cell_value(trial: Trial, cell: str) -> float | None:

@@ -265,7 +265,8 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
     """The page as values. `pooled` maps each variant's label to its valid trials' measured
     requests pooled (for the latency distributions)."""
     comparison = summary.kind == "comparison"
-    verdict = "" if comparison else outcome(summary.exit_code)
+    verdict = "" if comparison else outcome(
+        summary.exit_code, sum(len(v.slos) for v in summary.variants))
     figures = [
         FigureView("fig-trials", "Per-trial statistics",
                    trial_dots_figure(summary.variants, summary.cells)),

@@ -447,7 +447,7 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         server=crosscheck_rows(summary.server_crosscheck),
         server_flags=[] if summary.server_crosscheck is None
         else [redact_text(flag) for flag in summary.server_crosscheck.flags])
-    verdict = outcome(summary.exit_code)
+    verdict = outcome(summary.exit_code, len(summary.slos))
     return ReportView(
         title=f"vllm-slo · {summary.scenario_name}", run_id=summary.run_id,
         description=summary.description, outcome=verdict,

@@ -49,7 +49,7 @@ def render_junit(summary: RunSummaryDocument) -> str:
     suite = ET.SubElement(root, "testsuite", {"name": _clean(suite_name)})
     properties = ET.SubElement(suite, "properties")
     provenance = summary.provenance  # redacted when the document was built
-    facts = {"run_id": summary.run_id, "outcome": outcome(summary.exit_code),
+    facts = {"run_id": summary.run_id, "outcome": outcome(summary.exit_code, len(summary.slos)),
              "exit_code": str(summary.exit_code),
              **{key: str(provenance[key]) for key in ("vllm_version", "model_id", "platform",
                                                       "suite_git_commit", "seed")

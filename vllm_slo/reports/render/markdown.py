@@ -50,7 +50,7 @@ def _row(cells: list[str]) -> str:
 
 
 def render_markdown(summary: RunSummaryDocument) -> str:
-    verdict = outcome(summary.exit_code)
+    verdict = outcome(summary.exit_code, len(summary.slos))
     lines = [f"### vllm-slo · {escape(summary.scenario_name)}: **{verdict}**", "",
              f"Run {escape(summary.run_id)} · {verdict_counts(summary.slos)} · "
              f"exit code {summary.exit_code}", ""]

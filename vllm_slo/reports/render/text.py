@@ -10,6 +10,7 @@ from vllm_slo.reports.analysis.statistics import SECTIONING_METHOD
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.reports.analysis.trial_planning import MAX_TRIALS_PER_VARIANT
 from vllm_slo.reports.analysis.verdicts import VerdictScope
+from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.metrics import METRICS, format_per_second
 from vllm_slo.scenarios.units import format_duration_s
 
@@ -17,10 +18,23 @@ OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
 Formatter = Callable[[float], str]
 
 
-def outcome(exit_code: int) -> str:
+#: a valid measurement without any SLO: nothing was judged, so no PASS
+NOT_JUDGED = "MEASURED"
+
+
+def outcome(exit_code: int, slo_count: int | None = None) -> str:
     """PASS | FAIL | INCONCLUSIVE | INVALID from a run's or experiment's exit code (ERROR for
-    others)."""
+    others); MEASURED for exit code 0 when `slo_count` says no SLO was given."""
+    if exit_code == 0 and slo_count == 0:
+        return NOT_JUDGED
     return OUTCOMES.get(exit_code, "ERROR")
+
+
+def exit_code_line(exit_code: int, slo_count: int) -> str:
+    """The terminal's last line: `exit code 1 (SLO_FAILED)`; without any SLO no verdict word."""
+    if exit_code == 0 and slo_count == 0:
+        return "exit code 0 (no SLO given: measured, not judged)"
+    return f"exit code {exit_code} ({ExitCode(exit_code).name})"
 
 
 def format_trials_needed(trials: int | None) -> str:
@@ -224,6 +238,6 @@ def render_table(summary: RunSummaryDocument) -> str:
     for warning in summary.warnings:
         lines.append(f"warning: {warning}")
     lines.append("")
-    lines.append(f"outcome {outcome(summary.exit_code)} ({verdict_counts(summary.slos)}; "
-                 f"exit code {summary.exit_code})")
+    lines.append(f"outcome {outcome(summary.exit_code, len(summary.slos))} "
+                 f"({verdict_counts(summary.slos)}; exit code {summary.exit_code})")
     return "\n".join(lines)
