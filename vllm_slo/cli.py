@@ -32,6 +32,7 @@ from pathlib import Path
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
+from vllm_slo.scenarios.plugins import load_plugins
 
 USAGE = __doc__ or ""
 Writer = Callable[[str], None]
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
     # of a non-interactive shell inherits SIG_IGN, and Python then keeps it)
     signal.signal(signal.SIGINT, stop)
     try:
+        load_plugins()  # modules that register metrics or profiles (VLLM_SLO_PLUGINS)
         return _dispatch(options, say)
     except SloSuiteError as error:
         complain(_capped(f"vllm-slo: error: {error}"))

@@ -43,6 +43,7 @@ from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.loadtests.wall_clock import WallClock
 from vllm_slo.scenarios.locust_config import LocustConfig
 from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.plugins import load_plugins
 from vllm_slo.scenarios.run_files import PLAN_FILE
 from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.transport.http_stream import HttpStreamClient
@@ -88,6 +89,7 @@ class _Run:
 
     def configure(self, run_dir: Path, worker_index: int, runs_users: bool) -> None:
         self.run_dir = run_dir
+        load_plugins()  # the metrics and profiles the CLI registered (VLLM_SLO_PLUGINS)
         config = LocustConfig.read(run_dir)
         self.traffic = config.traffic
         if not runs_users:  # a --processes master: it only needs the traffic (load shapes)

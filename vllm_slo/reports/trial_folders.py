@@ -19,6 +19,7 @@ from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.samples import load_samples
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     PROVENANCE_FILE,
@@ -65,7 +66,9 @@ def read_scenario(run_dir: Path) -> Scenario:
     if not path.is_file():
         raise ScenarioError(f"{run_dir} is not a vllm-slo run folder (no {SCENARIO_FILE})")
     with naming(path):
-        return Scenario.model_validate(yaml.safe_load(path.read_text()))
+        document = yaml.safe_load(path.read_text())
+    with naming(path, unregistered_hint(document)):  # a plugin's metric or profile
+        return Scenario.model_validate(document)
 
 
 SAMPLES_HINT = "delete it to have the rows read from samples/*.arrows"
