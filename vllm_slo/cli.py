@@ -1,6 +1,7 @@
 """`vllm-slo`: a thin command line over the library. `main(argv) -> int` only parses and calls.
 
     vllm-slo run scenario=chat [dotted.key=value ...]     (also: vllm-slo scenario=chat ...)
+    vllm-slo run --resume RUN_DIR                           continue an interrupted experiment
     vllm-slo tune scenario=NAME [dotted.key=value ...]    search the scenario's tune space
     vllm-slo tune --resume RUN_DIR                          continue an interrupted tune
     vllm-slo report RUN_DIR                                 re-render a run folder's outputs
@@ -63,13 +64,23 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
     return scenario_ref, overrides
 
 
-def command_run(arguments: Sequence[str], runs_root: Path, say: Writer) -> int:
-    from vllm_slo.experiment_runner import run_experiment  # heavy imports only when running
+def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: bool = False,
+                resume: Path | None = None) -> int:
+    # heavy imports only when running
+    from vllm_slo.experiment_runner import resume_experiment, run_experiment
 
-    scenario_ref, overrides = _split_run_arguments(arguments)
-    scenario, path = load_scenario(scenario_ref, overrides)
-    say(f"scenario {scenario.name} from {path}")
-    outcome = run_experiment(scenario, runs_root, say)
+    if resume is not None:
+        if arguments:
+            raise ScenarioError(f"--resume continues the experiment in {resume} as it was "
+                                f"started; it takes no scenario or overrides (got "
+                                f"{' '.join(arguments)})")
+        outcome = resume_experiment(resume, say)
+        assert outcome.rendered is not None  # an experiment always writes its report
+    else:
+        scenario_ref, overrides = _split_run_arguments(arguments)
+        scenario, path = load_scenario(scenario_ref, overrides)
+        say(f"scenario {scenario.name} from {path}")
+        outcome = run_experiment(scenario, runs_root, say, force)
     if outcome.rendered is not None:
         say("\n" + outcome.rendered.text)
         say(f"\nreport: {outcome.rendered.report_path}")
@@ -116,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario")
     run.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
+    run.add_argument("--force", action="store_true",
+                     help="run an experiment even when its design can never reach a "
+                          "significant difference (refused otherwise, exit 2)")
+    run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                     help="continue an interrupted experiment from its folder")
     tune = sub.add_parser("tune", help="search a scenario's tune space over server args")
     tune.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
     tune.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -184,7 +200,8 @@ def _parser() -> argparse.ArgumentParser:
 def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     """Call the library for one parsed command; print its text; return its exit code."""
     if options.command == "run":
-        return command_run(options.arguments, options.runs_dir, say)
+        return command_run(options.arguments, options.runs_dir, say, options.force,
+                           options.resume)
     if options.command == "tune":
         return command_tune(options.arguments, options.resume, options.runs_dir, say)
     if options.command == "scenarios":

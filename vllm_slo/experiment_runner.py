@@ -6,18 +6,47 @@ order (A B B A ...), all with the same seed and therefore identical prompt seque
 
     runs/<stamp>-<name>/scenario.yaml              the scenario as given (variants, trials)
     runs/<stamp>-<name>/trials/<NNN>-<variant>-<k>/ one complete run folder per trial
+    runs/<stamp>-<name>/stopping.json              rounds run, looks, why they ended
     runs/<stamp>-<name>/summary.json|report.html   across trials and variants
+
+A sequential design (`trials: {min, max, budget}`) stops once every compared cell is decided
+(reports/analysis/sequential.py); `vllm-slo run --resume RUN_DIR` continues an interrupted
+experiment in its round order, keeping its complete trials.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import statistics
+import time
 from pathlib import Path
 
 import yaml
 
+from vllm_slo.reports.analysis.experiment_design import (
+    DEFAULT_STARTUP_S,
+    NextAction,
+    design_check,
+    next_action,
+    refusal_line,
+    sequential_design,
+    time_estimate,
+)
+from vllm_slo.reports.analysis.experiment_summary import (
+    DecisionEntry,
+    Stopping,
+    groups_by_variant,
+    look_decisions,
+    looks_taken,
+)
+from vllm_slo.reports.analysis.sequential import CellDecision
+from vllm_slo.reports.analysis.trials import TrialOutcome
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON
+from vllm_slo.reports.trial_folders import collect_trials
 from vllm_slo.runner import (
     Printer,
     RunOutcome,
@@ -27,10 +56,16 @@ from vllm_slo.runner import (
     run_scenario,
     run_trial,
 )
-from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
+from vllm_slo.scenarios.provenance import Provenance
+from vllm_slo.scenarios.run_files import (
+    SCENARIO_FILE,
+    STOPPING_FILE,
+    SUMMARY_FILE,
+    TRIALS_DIR,
+)
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.side_by_side import PlacedTrial, place, run_round
 
@@ -50,59 +85,205 @@ def trial_folder_name(position: int, variant: str, trial: int) -> str:
     return f"{position:03d}-{variant or 'run'}-{trial}"
 
 
-def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print,
+                   force: bool = False) -> RunOutcome:
+    """A new experiment folder for the scenario: the design checked (an experiment that can
+    never decide is refused, ScenarioError, no folder, unless `force`), the expected server
+    time printed with the plan, then its rounds until the design stops them."""
     arms = resolve_variants(scenario)
     if scenario.max_trials == 1 and list(arms) == [""]:
         return run_scenario(scenario, runs_root, say)
+    check = design_check(scenario)
+    if check is not None and not check.can_decide:
+        if not force:
+            raise ScenarioError(refusal_line(scenario, check))
+        say(f"warning: --force: {refusal_line(scenario, check)}")
     check_before_run(scenario, runs_root)  # usage errors before a folder or a server exists
     # every arm's server args through vLLM's parser before the first trial starts a server
     validate_server_args([(name, arm.server) for name, arm in arms.items()],
                          platform_of(scenario.server))
+    estimate = time_estimate(scenario, *startup_estimate(runs_root, scenario))
     run_dir = new_run_dir(runs_root, scenario.name)
     (run_dir / SCENARIO_FILE).write_text(
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     order = trial_order(list(arms), scenario.max_trials)
     sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
-    say(f"experiment: {len(arms)} variant(s) × {scenario.max_trials} trial(s), order {sequence}")
-    if scenario.side_by_side is not None:
-        interrupted = _run_side_by_side(scenario, arms, order, run_dir, say)
-        rendered = render_experiment(run_dir, interrupted=interrupted)
+    trials = scenario.trials
+    counts = (f"{trials.max} trial(s)" if not trials.sequential
+              else f"{trials.min}-{trials.max} trials (sequential: stops once every compared "
+                   f"cell is decided)")
+    say(f"experiment: {len(arms)} variant(s) × {counts}, order {sequence}"
+        + (f", budget {trials.budget_s:g} s" if trials.budget_s is not None else ""))
+    say(estimate.line())
+    return _Rounds(scenario, arms, run_dir, say).run()
+
+
+def resume_experiment(run_dir: Path, say: Printer = print) -> RunOutcome:
+    """Continue an interrupted experiment from its folder: its complete trials are kept, a
+    trial cut short runs again, the round order goes on where it stopped (the looks so far are
+    replayed from the trials on disk: they are a pure function of them)."""
+    if not (run_dir / SCENARIO_FILE).is_file() or not (run_dir / TRIALS_DIR).is_dir():
+        raise ScenarioError(f"{run_dir} is not an experiment folder (no {SCENARIO_FILE} and "
+                            f"{TRIALS_DIR}/); start one with vllm-slo run scenario=NAME")
+    scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
+    stopping = read_stopping(run_dir)
+    if stopping is not None and stopping.reason != "interrupted":
+        say(f"{run_dir}: {stopping.text}; nothing to resume")
+        rendered = render_experiment(run_dir)
         return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
-    interrupted = False
-    for position, (name, trial) in enumerate(order, start=1):
-        trial_dir = run_dir / TRIALS_DIR / trial_folder_name(position, name, trial)
-        say(f"\n=== trial {position}/{len(order)}: {name or 'run'} #{trial} ===")
-        _, rendered = run_trial(arms[name], trial_dir, say)
-        if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
-            interrupted = True
-            say("interrupted: no further trials")
-            break
-    rendered = render_experiment(run_dir, interrupted=interrupted)
-    return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+    say(f"resuming experiment {run_dir}")
+    return _Rounds(scenario, resolve_variants(scenario), run_dir.resolve(), say).run()
 
 
-def _run_side_by_side(scenario: Scenario, arms: dict[str, Scenario],
-                      order: list[tuple[str, int]], run_dir: Path, say: Printer) -> bool:
-    """Round by round, every variant at once on its rotating device slot; True when
-    interrupted."""
-    spec = scenario.side_by_side
-    assert spec is not None
-    names = list(arms)
-    for round_index in range(scenario.max_trials):
-        start = round_index * len(names)
+def read_stopping(run_dir: Path) -> Stopping | None:
+    path = run_dir / STOPPING_FILE
+    return Stopping.from_json_dict(json.loads(path.read_text())) if path.is_file() else None
+
+
+def startup_estimate(runs_root: Path, scenario: Scenario) -> tuple[float, str]:
+    """A launched server's start-up for the time estimate: the median ready time recorded by
+    the newest earlier run folder of this scenario under `runs_root` (its trials' provenance),
+    else DEFAULT_STARTUP_S of the platform."""
+    pattern = re.compile(rf"\d{{8}}T\d{{6}}Z-{re.escape(scenario.name)}(-\d+)?")
+    root = runs_root.resolve()
+    folders = sorted((f for f in root.iterdir() if f.is_dir() and pattern.fullmatch(f.name)),
+                     reverse=True) if root.is_dir() else []
+    for folder in folders:
+        ready = []
+        for candidate in [folder, *sorted((folder / TRIALS_DIR).glob("*"))]:
+            try:
+                value = Provenance.read(candidate).server_ready_after_s
+            except (OSError, ValueError):
+                continue
+            if value is not None:
+                ready.append(value)
+        if ready:
+            return float(statistics.median(ready)), f"median of {len(ready)} in {folder.name}"
+    platform = platform_of(scenario.server)
+    default = DEFAULT_STARTUP_S.get(platform, DEFAULT_STARTUP_S["gpu"])
+    return default, f"default for {platform}: no earlier run of {scenario.name} measured one"
+
+
+def _trial_complete(folder: Path) -> bool:
+    summary = folder / SUMMARY_FILE
+    if not summary.is_file():
+        return False
+    outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
+    return INTERRUPTED_REASON not in outcome.invalid_reasons
+
+
+class _Rounds:
+    """An experiment folder's interleaved rounds, run (or kept from before: resume) one at a
+    time; after each, from trials.min on, a look at the compared cells decides whether another
+    round runs (reports.analysis.experiment_design.next_action)."""
+
+    def __init__(self, scenario: Scenario, arms: dict[str, Scenario], run_dir: Path,
+                 say: Printer):
+        self.scenario, self.arms, self.run_dir, self.say = scenario, arms, run_dir, say
+        self.names = list(arms)
+        self.order = trial_order(self.names, scenario.max_trials)
+        self.design = sequential_design(scenario)
+        before = read_stopping(run_dir)
+        self.elapsed_before_s = 0.0 if before is None else before.elapsed_s
+
+    def folder(self, position: int) -> Path:
+        name, trial = self.order[position - 1]
+        return self.run_dir / TRIALS_DIR / trial_folder_name(position, name, trial)
+
+    def run(self) -> RunOutcome:
+        started = time.monotonic()
+        budget_s = self.scenario.trials.budget_s
+        action = NextAction.another("")
+        rounds = 0
+        for round_index in range(self.scenario.max_trials):
+            first = round_index * len(self.names) + 1
+            positions = list(range(first, first + len(self.names)))
+            interrupted = (self._side_by_side_round(round_index, positions)
+                           if self.scenario.side_by_side is not None
+                           else self._sequential_round(positions))
+            elapsed_s = self.elapsed_before_s + time.monotonic() - started
+            if interrupted:
+                action = NextAction(True, "interrupted", "interrupted: no further rounds; "
+                                    f"continue with\n  vllm-slo run --resume {self.run_dir}")
+                self.say(action.detail)
+                break
+            rounds = round_index + 1
+            decisions = self._look(rounds)
+            action = next_action(decisions, rounds, self.design, self.scenario.max_trials,
+                                 elapsed_s, budget_s)
+            self._write(action, rounds, elapsed_s)
+            if action.stop:
+                self.say(f"stop after round {rounds}: {action.reason} ({action.detail})")
+                break
+        stopping = self._write(action, rounds, self.elapsed_before_s + time.monotonic() - started)
+        rendered = render_experiment(self.run_dir, interrupted=stopping.reason == "interrupted")
+        return RunOutcome(self.run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+
+    def _write(self, action: NextAction, rounds: int, elapsed_s: float) -> Stopping:
+        """stopping.json: final when the action stops, `interrupted` (resumable) until then."""
+        trials = self.scenario.trials
+        reason = action.reason if action.stop and action.reason else "interrupted"
+        stopping = Stopping(reason, rounds, looks_taken(rounds, trials.min), trials.min,
+                            trials.max, trials.budget_s, round(elapsed_s, 3),
+                            action.detail.split("\n")[0] if action.stop else "")
+        (self.run_dir / STOPPING_FILE).write_text(
+            json.dumps(stopping.to_json_dict(), indent=2) + "\n")
+        return stopping
+
+    def _look(self, rounds: int) -> list[CellDecision]:
+        """The compared cells' decisions after `rounds` rounds (none before trials.min or
+        without a comparison), one line each on the terminal."""
+        design = self.design
+        if design is None or rounds < design.min_trials:
+            return []
+        groups = groups_by_variant(collect_trials(self.run_dir), self.names)
+        cells = self.scenario.compare.cells
+        decided = look_decisions(design, groups, cells, rounds)
+        self.say(f"look {looks_taken(rounds, design.min_trials)} after round {rounds} "
+                 f"({rounds} trials per variant, {design.test}):")
+        for label, decisions in decided:
+            for decision in decisions:
+                entry = DecisionEntry.of(decision, design.test, rounds, design.effect)
+                self.say(f"  {label} vs {groups[0].label}: {decision.cell}: {entry.text}")
+        return [decision for _, decisions in decided for decision in decisions]
+
+    def _sequential_round(self, positions: list[int]) -> bool:
+        """The round's trials one after another; True when one was interrupted."""
+        for position in positions:
+            name, trial = self.order[position - 1]
+            folder = self.folder(position)
+            label = f"trial {position}/{len(self.order)}: {name or 'run'} #{trial}"
+            if _trial_complete(folder):
+                self.say(f"{label}: done before, kept")
+                continue
+            if folder.exists():  # cut short: run it again from the start
+                shutil.rmtree(folder)
+            self.say(f"\n=== {label} ===")
+            _, rendered = run_trial(self.arms[name], folder, self.say)
+            if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
+                return True
+        return False
+
+    def _side_by_side_round(self, round_index: int, positions: list[int]) -> bool:
+        """Every variant at once on its rotating device slot; True when interrupted. A round
+        kept from before is kept whole; one cut short runs again whole (its trials belong
+        together)."""
+        spec = self.scenario.side_by_side
+        assert spec is not None
+        if all(_trial_complete(self.folder(p)) for p in positions):
+            self.say(f"round {round_index + 1}: done before, kept")
+            return False
         placed = []
-        for position, (name, trial) in enumerate(order[start:start + len(names)],
-                                                 start=start + 1):
-            devices = spec.slot_of(names.index(name), round_index)
+        for position in positions:
+            name, trial = self.order[position - 1]
+            folder = self.folder(position)
+            if folder.exists():
+                shutil.rmtree(folder)
+            devices = spec.slot_of(self.names.index(name), round_index)
             placed.append(PlacedTrial(f"{name} #{trial} on {','.join(map(str, devices))}",
-                                      place(arms[name], devices),
-                                      run_dir / TRIALS_DIR / trial_folder_name(
-                                          position, name, trial)))
-        say(f"\n=== round {round_index + 1}/{scenario.max_trials}, side by side: "
-            + "; ".join(trial.label for trial in placed) + " ===")
-        results, stopped = run_round(placed, say)
-        if stopped or any(INTERRUPTED_REASON in rendered.summary["invalid_reasons"]
-                          for _, rendered in results):
-            say("interrupted: no further rounds")
-            return True
-    return False
+                                      place(self.arms[name], devices), folder))
+        self.say(f"\n=== round {round_index + 1}/{self.scenario.max_trials}, side by side: "
+                 + "; ".join(trial.label for trial in placed) + " ===")
+        results, stopped = run_round(placed, self.say)
+        return stopped or any(INTERRUPTED_REASON in rendered.summary["invalid_reasons"]
+                              for _, rendered in results)

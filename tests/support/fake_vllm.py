@@ -6,8 +6,9 @@ exactly as it launches `vllm serve`.
 
 FAKE_VLLM_MODE in the environment picks the behaviour: `exit_after:S` (serve, then exit with
 code 1 after S seconds: the server dying mid-run), `never_ready` (print start-up lines, never
-listen), `port_taken` (fail the way vLLM does when its port is in use). Other vLLM flags are
-ignored.
+listen), `port_taken` (fail the way vLLM does when its port is in use). FAKE_VLLM_TTFT and
+FAKE_VLLM_ITL (seconds; default 0.05 and 0.01) set the stand-in's timings, so that variants
+differ by `server.env`. Other vLLM flags are ignored.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def main(argv: list[str]) -> int:
               "address already in use", flush=True)
         return 1
     standin = subprocess.Popen([sys.executable, "-m", "vllm_slo.servers.standin", "--port",
-                                port, "--model", name, "--ttft", "0.05", "--itl", "0.01"])
+                                port, "--model", name,
+                                "--ttft", os.environ.get("FAKE_VLLM_TTFT", "0.05"),
+                                "--itl", os.environ.get("FAKE_VLLM_ITL", "0.01")])
     if mode.startswith("exit_after:"):
         time.sleep(float(mode.split(":", 1)[1]))
         standin.kill()

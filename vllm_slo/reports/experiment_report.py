@@ -20,6 +20,7 @@ import yaml
 from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import (
     ExperimentSummary,
+    Stopping,
     build_experiment_summary,
     pooled_series,
 )
@@ -40,6 +41,7 @@ from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
     REPORT_FILE,
     SCENARIO_FILE,
+    STOPPING_FILE,
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
@@ -58,8 +60,13 @@ def load_experiment(run_dir: Path, interrupted: bool = False
                     ) -> tuple[ExperimentSummary, list[Group]]:
     """Read an experiment folder and build its typed summary (nothing is written)."""
     scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
+    stopping_path = run_dir / STOPPING_FILE
+    stopping = (Stopping.from_json_dict(json.loads(stopping_path.read_text()))
+                if stopping_path.is_file() else None)
     return build_experiment_summary(scenario, collect_trials(run_dir), run_dir.name,
-                                    interrupted)
+                                    interrupted or (stopping is not None
+                                                    and stopping.reason == "interrupted"),
+                                    stopping)
 
 
 def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence[Group]

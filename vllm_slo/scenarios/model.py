@@ -630,6 +630,9 @@ class TuneSpec(Frozen):
 
 
 MAX_TRIALS = 1000
+# a sequential design's boundaries are integrated per look: at most this many trials per arm
+# (analysis.sequential.MAX_SEQUENTIAL_TRIALS; a unit test holds them equal)
+MAX_SEQUENTIAL_TRIALS = 200
 
 
 def _trials_mapping(value: object) -> object:
@@ -753,6 +756,9 @@ class Scenario(Frozen):
         if trials.sequential and trials.min < 2:
             raise ValueError(f"trials.min = {trials.min}: a comparison needs at least 2 "
                              "trials per variant before its first look (trials.min >= 2)")
+        if trials.sequential and trials.max > MAX_SEQUENTIAL_TRIALS:
+            raise ValueError(f"trials.max = {trials.max}: a sequential design takes at most "
+                             f"{MAX_SEQUENTIAL_TRIALS} trials per variant")
         if trials.budget_s is not None and self.tune is not None:
             raise ValueError("trials.budget is for experiments (vllm-slo run); a tune runs "
                              "tune.trials per candidate")

@@ -21,3 +21,4 @@ TUNE_SUMMARY_FILE = "tune.json"  # tunes: ranking, Pareto front, searches, recom
 TUNE_REPORT_FILE = "tune.html"
 RECOMMENDED_CONFIG_FILE = "recommended.yaml"  # vLLM --config format
 RECOMMENDED_COMMAND_FILE = "recommended-command.txt"
+STOPPING_FILE = "stopping.json"  # experiments: rounds run, why they ended (resume reads it)

@@ -26,11 +26,19 @@ from vllm_slo.reports.analysis.comparison import (
     family_reachability_warnings,
     format_change,
     format_change_interval,
+    format_ratio,
     instance_scope,
     plan_trials,
     within_instance_warning,
 )
+from vllm_slo.reports.analysis.experiment_design import StopReason, sequential_design
 from vllm_slo.reports.analysis.run_metrics import RunSeries
+from vllm_slo.reports.analysis.sequential import (
+    CellDecision,
+    CellDecisionWord,
+    SequentialDesign,
+    decide_cells,
+)
 from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
 from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
@@ -134,6 +142,7 @@ class CellComparisonEntry:
     change: str  # the change and the interval shown: "+4.1% [-9.0%, +18.7%]"
     display: str  # the table's cell: "~ +4.1% [-9.0%, +18.7%] (99.2% CI, p=1 n=5+5)"
     warnings: tuple[str, ...]
+    decision: DecisionEntry | None = None  # experiments: the design's decision at its last look
 
     @classmethod
     def of(cls, item: CellComparison) -> CellComparisonEntry:
@@ -164,7 +173,95 @@ class CellComparisonEntry:
             "interval_agrees": self.interval_agrees, "change": self.change,
             "display": self.display,
             "warnings": list(self.warnings),
+            "decision": None if self.decision is None else self.decision.to_json_dict(),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionEntry:
+    """A compared cell's decision at the experiment's last look (analysis.sequential): changed,
+    equivalent within ±compare.effect, or undecided, with that look's Holm-adjusted p-values,
+    the nominal level the change test was held to, and the ratio candidate / baseline."""
+
+    decision: CellDecisionWord
+    test: str
+    trials_per_arm: int  # at the look
+    decided_at_trials: int | None  # the look (trials per arm) that decided it
+    p_change: float | None
+    p_equivalence: float | None
+    alpha_look: float
+    effect: float
+    ratio: ReportedEstimate
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def of(cls, item: CellDecision, test: str, trials_per_arm: int, effect: float
+           ) -> DecisionEntry:
+        return cls(item.decision, test, trials_per_arm, item.decision_trials,
+                   _number(item.p_change), _number(item.p_equivalence), float(item.alpha_look),
+                   effect, ReportedEstimate.of(item.ratio), tuple(item.warnings))
+
+    @property
+    def text(self) -> str:
+        """`changed ×3.02 [×2.61, ×3.49] (p=0.0003 <= 0.0051 at 4 trials, welch-log)`."""
+        ratio = self.ratio
+        shown = ("" if ratio.value is None
+                 else format_ratio(ratio.value, ratio.ci_low, ratio.ci_high) + " ")
+        p = self.p_equivalence if self.decision == "equivalent" else self.p_change
+        p_text = "p=–" if p is None else f"p={p:.2g}"
+        what = (f"within ±{self.effect:.0%}, " if self.decision == "equivalent" else "")
+        return (f"{self.decision} {shown}({what}{p_text}, level {self.alpha_look:.2g} at "
+                f"{self.trials_per_arm} trials per variant, {self.test})")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"decision": self.decision, "test": self.test,
+                "trials_per_arm": self.trials_per_arm,
+                "decided_at_trials": self.decided_at_trials, "p_change": self.p_change,
+                "p_equivalence": self.p_equivalence, "alpha_look": self.alpha_look,
+                "effect": self.effect, "ratio": self.ratio.to_json_dict(),
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """Why an experiment's rounds ended (the runner writes it to stopping.json after every
+    round; the summary echoes it): `rounds` completed (one trial per variant each), `looks`
+    taken at the compared cells (from trials.min on)."""
+
+    reason: StopReason
+    rounds: int
+    looks: int
+    min_trials: int
+    max_trials: int
+    budget_s: float | None
+    elapsed_s: float
+    detail: str
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> Stopping:
+        return cls(data["reason"], int(data["rounds"]), int(data["looks"]),
+                   int(data["min_trials"]), int(data["max_trials"]), data.get("budget_s"),
+                   float(data["elapsed_s"]), str(data.get("detail", "")))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "rounds": self.rounds, "looks": self.looks,
+                "min_trials": self.min_trials, "max_trials": self.max_trials,
+                "budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "detail": self.detail}
+
+    @property
+    def text(self) -> str:
+        """`stopped: decided after 4 round(s), 2 look(s) (trials 3-10 per variant)`."""
+        span = (f"{self.max_trials}" if self.min_trials == self.max_trials
+                else f"{self.min_trials}-{self.max_trials}")
+        reason = self.reason.replace("_", " ")
+        return (f"stopped: {reason} after {self.rounds} round(s), {self.looks} look(s) "
+                f"(trials {span} per variant, {self.elapsed_s / 60:.1f} min)"
+                + (f": {self.detail}" if self.detail else ""))
+
+
+def looks_taken(rounds: int, min_trials: int) -> int:
+    """Looks at the compared cells after `rounds` rounds: one per round from trials.min on."""
+    return max(0, rounds - min_trials + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +342,7 @@ class ExperimentSummary(EchoesScenario):
     warnings: tuple[str, ...]
     runs: tuple[str, ...] | None = None  # comparison only: the run folders, baseline first
     order: tuple[OrderEntry, ...] | None = None  # experiment only: execution order
+    stopping: Stopping | None = None  # experiment only: why its rounds ended (runner's record)
     schema_version: int = EXPERIMENT_SCHEMA_VERSION
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -256,6 +354,8 @@ class ExperimentSummary(EchoesScenario):
             document["runs"] = list(self.runs)
         if self.order is not None:
             document["order"] = [entry.to_json_dict() for entry in self.order]
+        if self.stopping is not None:
+            document["stopping"] = self.stopping.to_json_dict()
         document.update({
             "variants": {v.label: v.to_json_dict() for v in self.variants},
             "comparisons": [c.to_json_dict() for c in self.comparisons],
@@ -401,14 +501,79 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
         benchstat_table(groups, families, cells) if families else "", reach)
 
 
-def side_by_side_warnings(scenario: Scenario) -> list[str]:
+def round_values(baseline: Group, candidate: Group, cells: Sequence[str]
+                 ) -> dict[str, tuple[list[float], list[float]]]:
+    """Per cell, each arm's per-trial values in round order (its trials by position), NaN in
+    the place of an invalid trial or one without a value: what a look tests."""
+    def values(group: Group, cell: str) -> list[float]:
+        result = []
+        for trial in sorted(group.trials, key=lambda t: t.position):
+            value = trial_cell_value(trial, cell) if trial.valid else None
+            result.append(math.nan if value is None else value)
+        return result
+
+    return {cell: (values(baseline, cell), values(candidate, cell)) for cell in cells}
+
+
+def look_decisions(design: SequentialDesign, groups: Sequence[Group], cells: Sequence[str],
+                   trials_per_arm: int) -> tuple[tuple[str, tuple[CellDecision, ...]], ...]:
+    """Each candidate's decisions against the baseline (the first group) at the look after
+    `trials_per_arm` rounds: (candidate label, one decision per cell)."""
+    baseline = groups[0]
+    return tuple((candidate.label,
+                  decide_cells(design, trials_per_arm, round_values(baseline, candidate, cells)))
+                 for candidate in groups[1:])
+
+
+def _with_decisions(comparisons: Sequence[ComparisonEntry], design: SequentialDesign,
+                    decided: Sequence[tuple[str, tuple[CellDecision, ...]]], trials_per_arm: int
+                    ) -> tuple[ComparisonEntry, ...]:
+    by_pair = {(label, d.cell): d for label, decisions in decided for d in decisions}
+    result = []
+    for comparison in comparisons:
+        cells = []
+        for entry in comparison.cells:
+            decision = by_pair.get((comparison.candidate, entry.cell))
+            cells.append(entry if decision is None else dataclasses.replace(
+                entry, decision=DecisionEntry.of(decision, design.test, trials_per_arm,
+                                                 design.effect)))
+        result.append(dataclasses.replace(comparison, cells=tuple(cells)))
+    return tuple(result)
+
+
+def decision_table(comparisons: Sequence[ComparisonEntry], cells: Sequence[str],
+                   stopping: Stopping | None, design: SequentialDesign) -> str:
+    """The benchstat table's decision rows: per cell, each pair's decision at the last look."""
+    header = ["decision", *(f"{c.candidate} vs {c.baseline}" for c in comparisons)]
+    rows = [header]
+    for index, cell in enumerate(cells):
+        row = [cell]
+        for comparison in comparisons:
+            decision = comparison.cells[index].decision
+            row.append("–" if decision is None else decision.text)
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    kind = ("sequential design, O'Brien-Fleming-type alpha spending over the looks"
+            if design.sequential else "fixed design, one look")
+    lines.append(f"decision: {kind}; changed = significant after Holm, equivalent = within "
+                 f"±{design.effect:.0%} by two one-sided tests, each at alpha "
+                 f"{design.alpha:g} (docs/statistics.md)")
+    if stopping is not None:
+        lines.append(stopping.text)
+    return "\n".join(lines)
+
+
+def side_by_side_warnings(scenario: Scenario, rounds: int | None = None) -> list[str]:
     """What running the variants at once means for the comparison (the confound), with the
     rotation of device slots each variant saw."""
     spec = scenario.side_by_side
     if spec is None:
         return []
     names = list(scenario.variants)
-    rounds = scenario.max_trials
+    rounds = scenario.max_trials if rounds is None else rounds
     seen = {name: [spec.slot_of(k, r) for r in range(rounds)] for k, name in enumerate(names)}
     placement = "; ".join(
         f"{name} on " + ", ".join("[" + ",".join(map(str, slot)) + "]" for slot in slots)
@@ -427,8 +592,11 @@ def side_by_side_warnings(scenario: Scenario) -> list[str]:
 
 
 def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id: str,
-                             interrupted: bool) -> tuple[ExperimentSummary, list[Group]]:
-    """An experiment folder's summary (its trials in execution order) and its groups."""
+                             interrupted: bool, stopping: Stopping | None = None
+                             ) -> tuple[ExperimentSummary, list[Group]]:
+    """An experiment folder's summary (its trials in execution order) and its groups; with
+    variants and the runner's record of its rounds (`stopping`; an older folder has none),
+    each compared cell's decision at the look after the rounds run."""
     arms = resolve_variants(scenario)
     groups = groups_by_variant(trials, list(arms))
     cells = tuple(scenario.compare.cells)
@@ -447,17 +615,27 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
         warnings += _excluded_warning(variants[-1])
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
     warnings += compared.reach_warnings
-    warnings += side_by_side_warnings(scenario)
+    rounds = None if stopping is None else stopping.rounds
+    warnings += side_by_side_warnings(scenario, rounds)
+    comparisons, benchstat = compared.comparisons, compared.benchstat
+    design = sequential_design(scenario)
+    looked = 0 if rounds is None else min(rounds, scenario.max_trials)
+    if design is not None and comparisons and looked > 0 and stopping is not None:
+        decided = look_decisions(design, groups, cells, looked)
+        comparisons = _with_decisions(comparisons, design, decided, looked)
+        benchstat += "\n\n" + decision_table(comparisons, cells, stopping, design)
     slos = [slo for variant in variants for slo in variant.slos]
     summary = ExperimentSummary(
         kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),
-        cells=cells, trials_per_variant=scenario.max_trials, variants=tuple(variants),
-        comparisons=compared.comparisons, planning=compared.planning,
-        provenance_differences=provenance_differences(groups), benchstat=compared.benchstat,
+        cells=cells,
+        trials_per_variant=scenario.max_trials if stopping is None else stopping.rounds,
+        variants=tuple(variants), comparisons=comparisons, planning=compared.planning,
+        provenance_differences=provenance_differences(groups), benchstat=benchstat,
         exit_code=int(choose_exit_code(slos, invalid)), invalid_reasons=tuple(invalid),
         warnings=tuple(warnings),
         order=tuple(OrderEntry(t.position, t.label, t.run_dir.name)
-                    for t in sorted(trials, key=lambda t: t.position)))
+                    for t in sorted(trials, key=lambda t: t.position)),
+        stopping=stopping)
     return summary, groups
 
 

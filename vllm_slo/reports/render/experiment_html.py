@@ -89,6 +89,7 @@ class ComparisonRow:
     p: str  # "0.42 (unadjusted 0.07)"
     trials: str  # "5+5"
     notes: str  # footnote marks "[1][2]" into ExperimentView.comparison_notes
+    decision: str = ""  # the design's decision at the last look, or "" (a comparison)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class ExperimentView:
     scenario_title: str
     scenario_yaml: str
     plotly_js: str
+    stopping: str = ""  # an experiment's rounds: why they ended ("" for a comparison)
 
 
 def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) -> str:
@@ -240,7 +242,8 @@ def _comparison_rows(summary: ExperimentSummary) -> tuple[list[ComparisonRow], l
                 marks += f"[{notes.index(warning) + 1}]"
             rows.append(ComparisonRow(
                 f"{pair.candidate} vs {pair.baseline}", cell.cell, verdict,
-                cell.change, level, p, f"{cell.n_baseline}+{cell.n_candidate}", marks))
+                cell.change, level, p, f"{cell.n_baseline}+{cell.n_candidate}", marks,
+                "" if cell.decision is None else cell.decision.text))
     return rows, [redact_text(note) for note in notes]
 
 
@@ -314,7 +317,8 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
         else "Scenario",
         scenario_yaml=yaml.safe_dump(dict(summary.scenario), sort_keys=False,
                                      allow_unicode=True),
-        plotly_js=plotly_js())
+        plotly_js=plotly_js(),
+        stopping="" if summary.stopping is None else summary.stopping.text)
 
 
 def render_experiment_html(view: ExperimentView) -> str:

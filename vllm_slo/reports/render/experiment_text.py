@@ -39,7 +39,10 @@ def render_experiment_text(summary: ExperimentSummary) -> str:
     the trials' values, then the benchstat table, the planning lines, invalid reasons and
     warnings."""
     lines = [f"experiment {summary.run_id}: {len(summary.variants)} variant(s) × "
-             f"{summary.trials_per_variant} trial(s)", ESTIMATES_TITLE]
+             f"{summary.trials_per_variant} trial(s)"]
+    if summary.stopping is not None:
+        lines.append(summary.stopping.text)
+    lines.append(ESTIMATES_TITLE)
     for variant in summary.variants:
         lines.append(f"\n[{variant.label}] {variant.valid_trials} valid trial(s)")
         for slo in variant.slos:

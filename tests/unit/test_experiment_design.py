@@ -1,0 +1,253 @@
+"""An experiment's design before and while it runs: the refusal of a design that can never
+decide (exit 2, no folder, `--force` passes it), the expected server time and where its
+start-up figure comes from, the stopping rule after each round as a pure function, and the
+stopping record and per-cell decisions in summary.json, the text and the page."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.support.synthetic import write_synthetic_experiment
+from vllm_slo import experiment_runner
+from vllm_slo.cli import main
+from vllm_slo.reports.analysis import sequential
+from vllm_slo.reports.analysis.experiment_design import (
+    DEFAULT_STARTUP_S,
+    design_check,
+    next_action,
+    sequential_design,
+    time_estimate,
+)
+from vllm_slo.reports.analysis.sequential import CellDecision, SequentialDesign
+from vllm_slo.reports.analysis.statistics import Estimate
+from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.scenarios import model
+from vllm_slo.scenarios.loader import load_scenario
+from vllm_slo.scenarios.provenance import Provenance
+from vllm_slo.scenarios.run_files import STOPPING_FILE, TRIALS_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+RANK_4X4 = ["scenario=h200-eager-ab", "compare.test=mann-whitney"]  # 2 cells: never < alpha/2
+
+
+def _decision(word: str) -> CellDecision:
+    ratio = Estimate(1.0, 0.9, 1.1, 0.95, 6, 6.0, "welch-log-ratio")
+    return CellDecision("ttft.p50", word, ratio, 0.5, 0.5, 0.01)  # type: ignore[arg-type]
+
+
+DESIGN = SequentialDesign(min_trials=3, max_trials=10, alpha=0.05, effect=0.1, cells=2)
+
+
+@pytest.mark.parametrize(("words", "rounds", "elapsed_s", "budget_s", "stop", "reason"), [
+    (["changed", "equivalent"], 3, 30.0, None, True, "decided"),
+    (["changed", "undecided"], 3, 30.0, None, False, None),
+    (["changed", "undecided"], 10, 100.0, None, True, "max_trials"),
+    (["changed", "changed"], 10, 100.0, None, True, "max_trials"),  # the cap is said first
+    ([], 2, 20.0, None, False, None),  # before trials.min: no look
+    (["changed", "undecided"], 4, 400.0, 480.0, True, "budget"),  # 100 s a round: 500 > 480
+    (["changed", "undecided"], 4, 400.0, 500.0, False, None),  # ends exactly at the budget
+    ([], 0, 0.0, 1.0, False, None),  # no round yet: nothing to estimate one from
+])
+def test_next_action(words: list[str], rounds: int, elapsed_s: float, budget_s: float | None,
+                     stop: bool, reason: str | None) -> None:
+    action = next_action([_decision(w) for w in words], rounds, DESIGN, DESIGN.max_trials,
+                         elapsed_s, budget_s)
+    assert (action.stop, action.reason) == (stop, reason)
+    assert action.detail
+
+
+def test_decided_cells_before_min_do_not_stop() -> None:
+    """A look only counts from trials.min on (decide_cells says undecided before it anyway)."""
+    action = next_action([_decision("changed")], 2, DESIGN, 10, 20.0, None)
+    assert not action.stop
+
+
+def test_without_a_comparison_only_the_cap_and_the_budget_stop() -> None:
+    assert next_action([], 4, None, 5, 40.0, None).stop is False
+    assert next_action([], 5, None, 5, 50.0, None).reason == "max_trials"
+    assert next_action([], 2, None, 5, 20.0, 25.0).reason == "budget"
+
+
+def test_design_of_the_scenario() -> None:
+    scenario, _ = load_scenario("h200-eager-ab", ["trials={min: 3, max: 6}",
+                                                  "compare.alpha=0.01", "compare.effect=20%"
+                                                  .replace("20%", "0.2")])
+    design = sequential_design(scenario)
+    assert design == SequentialDesign(3, 6, 0.01, 0.2, 2, "welch-log")
+    chat, _ = load_scenario("chat", ["trials=3"])
+    assert sequential_design(chat) is None and design_check(chat) is None
+
+
+def test_the_issue_design_is_refused_with_the_smallest_count() -> None:
+    """4 + 4 trials, a rank test, Holm over 2 cells: the smallest p (2/70) is above 0.025."""
+    scenario, _ = load_scenario("h200-eager-ab", ["compare.test=mann-whitney"])
+    check = design_check(scenario)
+    assert check is not None and not check.can_decide and check.smallest_trials == 5
+    fixed, _ = load_scenario("h200-eager-ab", ["compare.test=mann-whitney", "trials=5"])
+    assert design_check(fixed) == sequential.DesignCheck(True, None, "")
+
+
+def test_run_refuses_an_undecidable_design_without_a_folder(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture
+                                                            ) -> None:
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", *RANK_4X4]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "can never decide" in error and "trials=5" in error and "--force" in error
+    assert not runs.exists()
+    assert main(["--runs-dir", str(runs), "run", *RANK_4X4[:1], "trials=1"]) == 2
+    assert "trials=2" in capsys.readouterr().err and not runs.exists()
+
+
+def test_force_runs_it_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture) -> None:
+    """Past the check with --force: the warning, the plan and its time estimate, a folder; the
+    rounds themselves are stubbed (no server here)."""
+    started: list[Path] = []
+
+    class Rounds:
+        def __init__(self, scenario: object, arms: object, run_dir: Path, say: object):
+            started.append(run_dir)
+
+        def run(self) -> experiment_runner.RunOutcome:
+            return experiment_runner.RunOutcome(started[0], experiment_runner.ExitCode.PASS,
+                                                None)
+
+    monkeypatch.setattr(experiment_runner, "_Rounds", Rounds)
+    monkeypatch.setattr(experiment_runner, "validate_server_args", lambda *args: None)
+    runs = tmp_path / "runs"
+    assert main(["--runs-dir", str(runs), "run", *RANK_4X4, "server.platform=gpu",
+                 "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: --force: scenario 'h200-eager-ab' can never decide" in out
+    assert ("expected server time: 8 server start(s) × 90 s start-up (default for gpu: no "
+            "earlier run of h200-eager-ab measured one) + 25 s window(s) each = 15.3 min") in out
+    assert started and started[0].parent == runs.resolve() and started[0].is_dir()
+
+
+def test_time_estimate_for_min_and_max_trials() -> None:
+    scenario, _ = load_scenario("h200-eager-ab", ["trials={min: 3, max: 6}"])
+    estimate = time_estimate(scenario, 60.0, "measured")
+    window_s = scenario.traffic.warmup_s + scenario.traffic.duration_s
+    assert estimate.server_starts(3) == 6 and estimate.server_starts(6) == 12
+    assert estimate.server_time_s(3) == 6 * (60.0 + window_s)
+    assert estimate.server_time_s(6) == 12 * (60.0 + window_s)
+    assert f"6-12 server start(s) × 60 s start-up (measured) + {window_s:g} s" in estimate.line()
+    attached, _ = load_scenario("h200-eager-ab", ["server.url=http://127.0.0.1:1"])
+    assert time_estimate(attached, 60.0, "measured").startup_s == 0.0
+
+
+def test_side_by_side_wall_time_is_one_start_per_round() -> None:
+    scenario, _ = load_scenario("h200x2-prefix-caching-side-by-side")
+    estimate = time_estimate(scenario, 50.0, "x")
+    rounds = scenario.max_trials
+    per_server_s = 50.0 + estimate.window_s
+    assert estimate.wall_time_s(rounds) == rounds * per_server_s
+    assert estimate.server_time_s(rounds) == 2 * rounds * per_server_s
+    assert "side by side" in estimate.line()
+
+
+def _trial_with_ready_time(folder: Path, ready_s: float | None) -> None:
+    folder.mkdir(parents=True)
+    fields = {} if ready_s is None else {"server_ready_after_s": ready_s}
+    Provenance(seed=1, **fields).write(folder, lambda document: document)
+
+
+def test_startup_from_the_newest_earlier_run_that_measured_one(tmp_path: Path) -> None:
+    scenario, _ = load_scenario("h200-eager-ab", ["server.platform=cpu"])
+    root = tmp_path / "runs"
+    assert experiment_runner.startup_estimate(root, scenario) == (
+        DEFAULT_STARTUP_S["cpu"], "default for cpu: no earlier run of h200-eager-ab measured one")
+    older = root / "20261201T000000Z-h200-eager-ab"
+    for index, ready_s in enumerate((70.0, 50.0, 60.0), start=1):
+        _trial_with_ready_time(older / TRIALS_DIR / f"00{index}-graphs-1", ready_s)
+    newer = root / "20261202T000000Z-h200-eager-ab-2"  # newest, but measured nothing
+    _trial_with_ready_time(newer / TRIALS_DIR / "001-graphs-1", None)
+    _trial_with_ready_time(root / "20261203T000000Z-h200-eager-ab-other" / TRIALS_DIR
+                           / "001-a-1", 5.0)  # another scenario's name
+    assert experiment_runner.startup_estimate(root, scenario) == (
+        60.0, "median of 3 in 20261201T000000Z-h200-eager-ab")
+    single = root / "20261204T000000Z-h200-eager-ab"
+    _trial_with_ready_time(single, 33.0)
+    assert experiment_runner.startup_estimate(root, scenario)[0] == 33.0
+
+
+def test_the_sequential_cap_is_the_procedures() -> None:
+    assert model.MAX_SEQUENTIAL_TRIALS == sequential.MAX_SEQUENTIAL_TRIALS
+
+
+def test_summary_carries_the_stopping_record_and_each_cells_decision(tmp_path: Path) -> None:
+    """A sequential folder's summary.json: `stopping` as the runner wrote it, each compared
+    cell's decision at the last look (a 2x TTFT: changed), schema-valid; text and page say
+    it."""
+    run = write_synthetic_experiment(
+        tmp_path / "seq", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05,
+        scenario_patch={"trials": {"min": 3, "max": 6}})
+    (run / STOPPING_FILE).write_text(json.dumps({
+        "reason": "decided", "rounds": 4, "looks": 2, "min_trials": 3, "max_trials": 6,
+        "budget_s": None, "elapsed_s": 120.0, "detail": "every compared cell decided"}))
+    rendered = render_experiment(run)
+    summary = rendered.summary
+    schema = json.loads((REPO / "reports" / "schema" / "experiment-summary.schema.json")
+                        .read_text())
+    jsonschema.validate(summary, schema)
+    assert summary["stopping"]["reason"] == "decided"
+    assert summary["trials_per_variant"] == 4
+    cells = {c["cell"]: c for c in summary["comparisons"][0]["cells"]}
+    ttft = cells["ttft.p50"]["decision"]
+    assert ttft["decision"] == "changed" and ttft["trials_per_arm"] == 4
+    assert ttft["ratio"]["value"] == pytest.approx(2.0, rel=0.15)
+    assert ttft["p_change"] is not None and ttft["p_change"] < 0.05
+    assert "stopped: decided after 4 round(s), 2 look(s) (trials 3-6 per variant" in rendered.text
+    assert re.search(r"^decision +b vs a$", rendered.text, re.MULTILINE)
+    assert re.search(r"^ttft.p50 +changed ×2", rendered.text, re.MULTILINE)
+    page = rendered.report_path.read_text()
+    assert 'id="stopping"' in page and "decision (design)" in page
+
+
+def test_a_folder_without_a_stopping_record_has_no_decisions(tmp_path: Path) -> None:
+    """An experiment from before sequential designs renders as it did."""
+    run = write_synthetic_experiment(tmp_path / "old", {"a": 0.05, "b": 0.10}, trials=4,
+                                     noise=0.05)
+    summary = render_experiment(run).summary
+    assert "stopping" not in summary
+    assert all(c["decision"] is None for c in summary["comparisons"][0]["cells"])
+
+
+def test_interrupted_record_makes_the_report_say_so(tmp_path: Path) -> None:
+    run = write_synthetic_experiment(tmp_path / "cut", {"a": 0.05, "b": 0.06}, trials=2,
+                                     noise=0.05)
+    (run / STOPPING_FILE).write_text(json.dumps({
+        "reason": "interrupted", "rounds": 2, "looks": 0, "min_trials": 3, "max_trials": 6,
+        "budget_s": None, "elapsed_s": 10.0, "detail": ""}))
+    summary = render_experiment(run).summary
+    assert summary["exit_code"] == 4
+    assert "the experiment was interrupted before its planned end" in summary["invalid_reasons"]
+
+
+def test_resume_refuses_what_is_not_an_experiment(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    assert "not an experiment folder" in capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path), "scenario=chat"]) == 2
+    assert "takes no scenario or overrides" in capsys.readouterr().err
+
+
+def test_resume_of_a_finished_experiment_runs_nothing(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    run = write_synthetic_experiment(tmp_path / "done", {"a": 0.05, "b": 0.10}, trials=3,
+                                     noise=0.05)
+    (run / STOPPING_FILE).write_text(json.dumps({
+        "reason": "max_trials", "rounds": 3, "looks": 1, "min_trials": 3, "max_trials": 3,
+        "budget_s": None, "elapsed_s": 10.0, "detail": "3 of 3 round(s) run"}))
+    before = sorted(p.name for p in (run / TRIALS_DIR).iterdir())
+    code = main(["run", "--resume", str(run)])
+    assert "nothing to resume" in capsys.readouterr().out
+    assert sorted(p.name for p in (run / TRIALS_DIR).iterdir()) == before
+    assert code in (0, 1, 3)

@@ -1,0 +1,156 @@
+"""An experiment's design, before and while it runs (pure): the SequentialDesign its scenario
+asks for (variants, trials, compare: cells = Holm's family, alpha, effect, test), whether it can
+ever decide (`check_design`, before any server starts), the server time it will take, and after
+each interleaved round whether to run another (`next_action`). The procedure itself (spending,
+boundaries, tests) is `analysis.sequential`; running the rounds is the experiment runner's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from vllm_slo.reports.analysis.sequential import (
+    MAX_SEQUENTIAL_TRIALS,
+    CellDecision,
+    DesignCheck,
+    SequentialDesign,
+    all_decided,
+    check_design,
+)
+from vllm_slo.scenarios.model import Scenario
+
+StopReason = Literal["decided", "max_trials", "budget", "interrupted"]
+# a launched server's start-up (until ready) when no earlier run of the scenario measured one:
+# an H200 took 47-121 s (shared/gpu-vllm/README.md: 121, 90, 63, 51 s as the torch.compile
+# cache warms), vLLM's CPU build 35-45 s on the 2-core CI host (README "Tests")
+DEFAULT_STARTUP_S = {"gpu": 90.0, "cpu": 45.0}
+
+
+def sequential_design(scenario: Scenario) -> SequentialDesign | None:
+    """The design of the scenario's comparisons (each candidate against the baseline, one Holm
+    family of `compare.cells` each); None without variants to compare."""
+    if len(scenario.variants) < 2 or scenario.max_trials > MAX_SEQUENTIAL_TRIALS:
+        return None  # (a fixed count above the cap decides whatever the test)
+    compare = scenario.compare
+    return SequentialDesign(scenario.min_trials, scenario.max_trials, compare.alpha,
+                            compare.effect, len(compare.cells), compare.test)
+
+
+def design_check(scenario: Scenario) -> DesignCheck | None:
+    """`check_design` of the scenario's design (None: nothing is compared)."""
+    design = sequential_design(scenario)
+    return None if design is None else check_design(design)
+
+
+def refusal_line(scenario: Scenario, check: DesignCheck) -> str:
+    """The one line `vllm-slo run` refuses an undecidable design with."""
+    smallest = check.smallest_trials
+    override = ("" if smallest is None else
+                f" (override: trials.max={smallest})" if scenario.trials.sequential
+                else f" (override: trials={smallest})")
+    return (f"scenario {scenario.name!r} can never decide: {check.reason}{override}; "
+            "--force runs it anyway")
+
+
+@dataclass(frozen=True, slots=True)
+class NextAction:
+    """After a round: stop (with the reason) or run another."""
+
+    stop: bool
+    reason: StopReason | None
+    detail: str
+
+    @classmethod
+    def another(cls, detail: str) -> NextAction:
+        return cls(False, None, detail)
+
+
+def next_action(decisions: Sequence[CellDecision], rounds_done: int,
+                design: SequentialDesign | None, max_rounds: int, elapsed_s: float,
+                budget_s: float | None) -> NextAction:
+    """Whether to run another interleaved round after `rounds_done` (one trial per variant
+    each), `elapsed_s` of wall time since the first: stop when every compared cell is decided
+    (from the design's first look on), at `max_rounds`, or when one more round, as long as the
+    rounds so far took on average, would end past `budget_s`. Without a design (nothing
+    compared) only `max_rounds` and the budget stop it."""
+    if rounds_done >= max_rounds:
+        return NextAction(True, "max_trials", f"{rounds_done} of {max_rounds} round(s) run")
+    if design is not None and rounds_done >= design.min_trials and all_decided(decisions):
+        return NextAction(True, "decided", "every compared cell decided")
+    if budget_s is not None and rounds_done > 0:
+        per_round_s = elapsed_s / rounds_done
+        if elapsed_s + per_round_s > budget_s:
+            return NextAction(True, "budget",
+                              f"another round (~{per_round_s:.0f} s) would end past the "
+                              f"budget: {elapsed_s:.0f} s of {budget_s:.0f} s spent")
+    undecided = sum(1 for d in decisions if d.decision == "undecided")
+    return NextAction.another(f"{undecided} compared cell(s) undecided" if decisions
+                              else f"round {rounds_done + 1} of {max_rounds}")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeEstimate:
+    """Expected server (GPU) time of an experiment: server starts × start-up + the trials'
+    windows (warm-up + measured + cool-down), for its min and its max trials."""
+
+    startup_s: float
+    startup_source: str  # where the start-up figure comes from, for the terminal
+    window_s: float
+    arms: int
+    min_trials: int
+    max_trials: int
+    together: bool  # side by side: a round's servers run at the same time
+
+    def server_starts(self, trials: int) -> int:
+        return self.arms * trials
+
+    def server_time_s(self, trials: int) -> float:
+        return self.server_starts(trials) * (self.startup_s + self.window_s)
+
+    def wall_time_s(self, trials: int) -> float:
+        per_round = self.startup_s + self.window_s
+        return trials * per_round * (1 if self.together else self.arms)
+
+    def line(self) -> str:
+        """`expected server time: 6-20 server starts × 90 s start-up (...) + 25 s windows
+        = 11.5-38.3 min (wall 11.5-38.3 min)`."""
+        low, high = self.min_trials, self.max_trials
+
+        def span(values: tuple[float, float], unit: str = "") -> str:
+            return (f"{values[0]:.0f}{unit}" if values[0] == values[1]
+                    else f"{values[0]:.0f}-{values[1]:.0f}{unit}")
+
+        def minutes(seconds: tuple[float, float]) -> str:
+            a, b = (s / 60.0 for s in seconds)
+            return f"{a:.1f} min" if math.isclose(a, b) else f"{a:.1f}-{b:.1f} min"
+
+        starts = span((self.server_starts(low), self.server_starts(high)))
+        text = (f"expected server time: {starts} server start(s) × {self.startup_s:.0f} s "
+                f"start-up ({self.startup_source}) + {self.window_s:g} s window(s) each = "
+                f"{minutes((self.server_time_s(low), self.server_time_s(high)))}")
+        if self.together:
+            text += (f" (wall {minutes((self.wall_time_s(low), self.wall_time_s(high)))}, "
+                     "the variants side by side)")
+        return text
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"startup_s": self.startup_s, "startup_source": self.startup_source,
+                "window_s": self.window_s, "server_starts": [self.server_starts(self.min_trials),
+                                                             self.server_starts(self.max_trials)],
+                "server_time_s": [self.server_time_s(self.min_trials),
+                                  self.server_time_s(self.max_trials)]}
+
+
+def time_estimate(scenario: Scenario, startup_s: float, startup_source: str) -> TimeEstimate:
+    """The scenario's expected server time with this start-up figure (attach mode: no server
+    starts, so no start-up)."""
+    traffic = scenario.traffic
+    arms = max(1, len(scenario.variants))
+    if scenario.server.url is not None:
+        startup_s, startup_source = 0.0, "attach mode: no server starts"
+    return TimeEstimate(startup_s, startup_source,
+                        traffic.warmup_s + traffic.duration_s + traffic.cooldown_s, arms,
+                        scenario.min_trials, scenario.max_trials,
+                        scenario.side_by_side is not None)
