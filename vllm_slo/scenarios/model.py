@@ -7,6 +7,7 @@ Unknown keys are rejected everywhere; `server.args` is passed verbatim to `vllm 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -232,6 +233,11 @@ def _worker_count(value: Any) -> int | str:
                      f"got {value!r}")
 
 
+@functools.lru_cache(maxsize=256)
+def _adapter(model: type[Frozen]) -> TypeAdapter[Any]:
+    return TypeAdapter(model)
+
+
 def _registered_profile(name: str) -> str:
     if name not in PROFILE_SPECS:
         raise ValueError(f"Input should be {one_of(list(PROFILE_SPECS))}")
@@ -323,7 +329,7 @@ class TrafficSpec(Frozen):
         """Each registered profile's section by its settings model (defaults where absent)."""
         sections = cls.registered_keys()
         traffic, values = validate_registered_keys(
-            cls, data, {name: TypeAdapter(model) for name, model in sections.items()}, handler)
+            cls, data, {name: _adapter(model) for name, model in sections.items()}, handler)
         if values is not None:
             traffic._sections = {name: values.get(name) or model()
                                  for name, model in sections.items()}
@@ -391,12 +397,17 @@ class TrafficSpec(Frozen):
 def _rules_of(metric: str) -> TypeAdapter[Any]:
     """An `slo:` entry of `metric`: a list of rules (latency) or one rule (a rate, a fraction;
     null: none), each checked by its kind's grammar (`slo.parse_rule`)."""
+    return _rules_adapter(metric, METRICS[metric].kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _rules_adapter(metric: str, kind: MetricKind) -> TypeAdapter[Any]:
     def check(value: list[str] | str | None) -> list[str] | str | None:
         for text in [value] if isinstance(value, str) else value or []:
             parse_rule(metric, text)
         return value
 
-    if METRICS[metric].kind is MetricKind.LATENCY:
+    if kind is MetricKind.LATENCY:
         return TypeAdapter(Annotated[list[str], AfterValidator(check)])
     return TypeAdapter(Annotated[str | None, AfterValidator(check)])
 
