@@ -68,6 +68,7 @@ def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: b
                 resume: Path | None = None) -> int:
     # heavy imports only when running
     from vllm_slo.experiment_runner import resume_experiment, run_experiment
+    from vllm_slo.reports.render.text import exit_code_line
 
     if resume is not None:
         if arguments:
@@ -76,15 +77,18 @@ def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: b
                                 f"{' '.join(arguments)})")
         outcome = resume_experiment(resume, say)
         assert outcome.rendered is not None  # an experiment always writes its report
+        slo_count = sum(len(variant["slos"])
+                        for variant in outcome.rendered.summary["variants"].values())
     else:
         scenario_ref, overrides = _split_run_arguments(arguments)
         scenario, path = load_scenario(scenario_ref, overrides)
         say(f"scenario {scenario.name} from {path}")
         outcome = run_experiment(scenario, runs_root, say, force)
+        slo_count = len(scenario.slo.rules())
     if outcome.rendered is not None:
         say("\n" + outcome.rendered.text)
         say(f"\nreport: {outcome.rendered.report_path}")
-    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
+    say(exit_code_line(int(outcome.exit_code), slo_count))
     return int(outcome.exit_code)
 
 
