@@ -7,6 +7,7 @@ when no SLO was given."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -363,3 +364,26 @@ def test_no_pass_word_without_an_slo(tmp_path: Path) -> None:
     root = ET.parse(out / "junit.xml").getroot()
     outcome = [p.get("value") for p in root.iter("property") if p.get("name") == "outcome"]
     assert outcome == ["MEASURED"]
+
+
+def test_instance_of_a_trial_from_its_provenance(runs) -> None:
+    """Launched: pid and start time (a fresh process per trial); attached: the label, else the
+    URL without userinfo; imported: the label; not recorded: None (an instance of its own)."""
+    from vllm_slo.reports.analysis.trials import instance_key
+    from vllm_slo.reports.trial_folders import load_trial
+    trial = load_trial(runs[0])
+    assert instance_key(trial) is None  # the synthetic folder records no instance
+
+    def key(server_instance: dict) -> str | None:
+        return instance_key(dataclasses.replace(
+            trial, provenance={**trial.provenance, "server_instance": server_instance}))
+
+    launched = {"kind": "launched", "pid": 41, "started_unix_s": 1.5, "port": 8000,
+                "label": "box"}
+    assert key(launched) != key({**launched, "pid": 42}) != key({**launched, "started_unix_s": 2})
+    assert key({"kind": "attached", "url": "http://u:p@gpu:8000", "label": None}) == key(
+        {"kind": "attached", "url": "http://gpu:8000", "label": None}) == "url http://gpu:8000"
+    assert key({"kind": "attached", "url": "http://gpu:8000", "label": "restart-2"}) == \
+        "label restart-2"
+    assert key({"kind": "imported", "label": "a"}) == "label a"
+    assert key({"kind": "imported", "label": None}) is None
