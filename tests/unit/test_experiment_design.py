@@ -32,7 +32,8 @@ from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import STOPPING_FILE, TRIALS_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-RANK_4X4 = ["scenario=h200-eager-ab", "compare.test=mann-whitney"]  # 2 cells: never < alpha/2
+# the issue's design: 4 + 4 trials, a rank test, Holm over 2 cells: never p < alpha / 2
+RANK_4X4 = ["scenario=h200-eager-ab", "compare.test=mann-whitney", "trials=4"]
 
 
 def _decision(word: str) -> CellDecision:
@@ -73,6 +74,14 @@ def test_without_a_comparison_only_the_cap_and_the_budget_stop() -> None:
     assert next_action([], 2, None, 5, 20.0, 25.0).reason == "budget"
 
 
+def test_every_shipped_scenario_passes_the_design_check() -> None:
+    from vllm_slo.scenarios.loader import shipped_scenarios
+
+    for name in shipped_scenarios():
+        check = design_check(load_scenario(name)[0])
+        assert check is None or check.can_decide, (name, check)
+
+
 def test_design_of_the_scenario() -> None:
     scenario, _ = load_scenario("h200-eager-ab", ["trials={min: 3, max: 6}",
                                                   "compare.alpha=0.01", "compare.effect=20%"
@@ -85,7 +94,7 @@ def test_design_of_the_scenario() -> None:
 
 def test_the_issue_design_is_refused_with_the_smallest_count() -> None:
     """4 + 4 trials, a rank test, Holm over 2 cells: the smallest p (2/70) is above 0.025."""
-    scenario, _ = load_scenario("h200-eager-ab", ["compare.test=mann-whitney"])
+    scenario, _ = load_scenario("h200-eager-ab", ["compare.test=mann-whitney", "trials=4"])
     check = design_check(scenario)
     assert check is not None and not check.can_decide and check.smallest_trials == 5
     fixed, _ = load_scenario("h200-eager-ab", ["compare.test=mann-whitney", "trials=5"])
@@ -101,7 +110,7 @@ def test_run_refuses_an_undecidable_design_without_a_folder(tmp_path: Path,
     assert len(error.splitlines()) == 1
     assert "can never decide" in error and "trials=5" in error and "--force" in error
     assert not runs.exists()
-    assert main(["--runs-dir", str(runs), "run", *RANK_4X4[:1], "trials=1"]) == 2
+    assert main(["--runs-dir", str(runs), "run", RANK_4X4[0], "trials=1"]) == 2
     assert "trials=2" in capsys.readouterr().err and not runs.exists()
 
 
@@ -141,6 +150,15 @@ def test_time_estimate_for_min_and_max_trials() -> None:
     assert f"6-12 server start(s) × 60 s start-up (measured) + {window_s:g} s" in estimate.line()
     attached, _ = load_scenario("h200-eager-ab", ["server.url=http://127.0.0.1:1"])
     assert time_estimate(attached, 60.0, "measured").startup_s == 0.0
+
+
+def test_a_budget_caps_the_rounds_in_the_estimate() -> None:
+    scenario, _ = load_scenario("h200-eager-ab", ["trials={min: 3, max: 6, budget: 15m}"])
+    estimate = time_estimate(scenario, 90.0, "x")  # a round: 2 × (90 + 25) s = 230 s
+    assert estimate.rounds_in_budget() == 3  # 900 // 230
+    assert "budget 15 min of wall time: about 3 round(s)" in estimate.line()
+    tight, _ = load_scenario("h200-eager-ab", ["trials={min: 3, max: 6, budget: 5m}"])
+    assert "fewer than trials.min" in time_estimate(tight, 90.0, "x").line()
 
 
 def test_side_by_side_wall_time_is_one_start_per_round() -> None:
@@ -251,3 +269,72 @@ def test_resume_of_a_finished_experiment_runs_nothing(tmp_path: Path,
     assert "nothing to resume" in capsys.readouterr().out
     assert sorted(p.name for p in (run / TRIALS_DIR).iterdir()) == before
     assert code in (0, 1, 3)
+
+
+def _fake_trials(monkeypatch: pytest.MonkeyPatch, ttft_s: dict[str, float],
+                 interrupt_at: int | None) -> list[str]:
+    """experiment_runner.run_trial replaced by synthetic trials (no server): TTFT per variant,
+    the trial at position `interrupt_at` cut short as Ctrl-C leaves one. Returns the folder
+    names run, in order."""
+    from types import SimpleNamespace
+
+    from tests.support.synthetic import write_synthetic_trial
+    from vllm_slo.reports.run_report import INTERRUPTED_REASON
+    from vllm_slo.scenarios.errors import ExitCode
+
+    ran: list[str] = []
+
+    def run_trial(arm, folder: Path, say):
+        position = int(folder.name.split("-", 1)[0])
+        variant = folder.name.split("-")[1]
+        ran.append(folder.name)
+        write_synthetic_trial(folder, arm.to_yaml_dict(), ttft_s[variant], 1.0 + position / 100,
+                              seed=position)
+        summary = json.loads((folder / "summary.json").read_text())
+        if position == interrupt_at:
+            summary["invalid_reasons"] = [INTERRUPTED_REASON]
+            (folder / "summary.json").write_text(json.dumps(summary))
+        return ExitCode.PASS, SimpleNamespace(summary=summary)
+
+    monkeypatch.setattr(experiment_runner, "run_trial", run_trial)
+    return ran
+
+
+def test_an_interrupted_experiment_resumes_in_its_round_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut in round 2: stopping.json says interrupted after 1 round, the report is invalid
+    (exit 4); --resume keeps round 1, runs the cut trial again and goes on in the same order
+    until the design stops it."""
+    import yaml
+
+    from vllm_slo.scenarios.loader import resolve_variants
+    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+
+    scenario, _ = load_scenario("chunked-prefill-ab", ["trials={min: 2, max: 4}",
+                                                       "compare.cells=[ttft.p50]"])
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    names = list(scenario.variants)
+    ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=3)
+    said: list[str] = []
+    outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                                        said.append).run()
+    assert int(outcome.exit_code) == 4
+    assert ran == [f"001-{names[0]}-1", f"002-{names[1]}-1", f"003-{names[1]}-2"]
+    stopping = json.loads((run_dir / STOPPING_FILE).read_text())
+    assert (stopping["reason"], stopping["rounds"], stopping["looks"]) == ("interrupted", 1, 0)
+    assert any("vllm-slo run --resume" in line for line in said)
+
+    ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=None)
+    said.clear()
+    resumed = experiment_runner.resume_experiment(run_dir, said.append)
+    assert ran[:2] == [f"003-{names[1]}-2", f"004-{names[0]}-2"]  # the cut trial again, on
+    assert any("trial 1/8" in line and "done before, kept" in line for line in said)
+    summary = resumed.rendered.summary
+    assert summary["stopping"]["looks"] == 1
+    decision = summary["comparisons"][0]["cells"][0]["decision"]
+    assert decision["decision"] == "changed"  # TTFT ×4: decided at the first look (2 rounds)
+    assert summary["stopping"] == {**summary["stopping"], "reason": "decided", "rounds": 2}
+    assert sorted(p.name for p in (run_dir / TRIALS_DIR).iterdir()) == [
+        f"001-{names[0]}-1", f"002-{names[1]}-1", f"003-{names[1]}-2", f"004-{names[0]}-2"]

@@ -102,6 +102,7 @@ class TimeEstimate:
     min_trials: int
     max_trials: int
     together: bool  # side by side: a round's servers run at the same time
+    budget_s: float | None = None  # trials.budget: wall time no round may end past
 
     def server_starts(self, trials: int) -> int:
         return self.arms * trials
@@ -133,7 +134,19 @@ class TimeEstimate:
         if self.together:
             text += (f" (wall {minutes((self.wall_time_s(low), self.wall_time_s(high)))}, "
                      "the variants side by side)")
+        if self.budget_s is not None:
+            rounds = self.rounds_in_budget()
+            text += (f"; budget {self.budget_s / 60:g} min of wall time: about {rounds} "
+                     f"round(s)" + (" (fewer than trials.min: the budget ends it first)"
+                                    if rounds < low else ""))
         return text
+
+    def rounds_in_budget(self) -> int:
+        """Rounds that end within the budget at this estimate (all of them without one)."""
+        per_round_s = self.wall_time_s(1)
+        if self.budget_s is None or per_round_s <= 0:
+            return self.max_trials
+        return min(self.max_trials, int(self.budget_s // per_round_s))
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"startup_s": self.startup_s, "startup_source": self.startup_source,
@@ -153,4 +166,4 @@ def time_estimate(scenario: Scenario, startup_s: float, startup_source: str) -> 
     return TimeEstimate(startup_s, startup_source,
                         traffic.warmup_s + traffic.duration_s + traffic.cooldown_s, arms,
                         scenario.min_trials, scenario.max_trials,
-                        scenario.side_by_side is not None)
+                        scenario.side_by_side is not None, scenario.trials.budget_s)
