@@ -616,7 +616,9 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
     warnings += compared.reach_warnings
     rounds = None if stopping is None else stopping.rounds
-    warnings += side_by_side_warnings(scenario, rounds)
+    # the rounds whose trials are on disk (an interrupted round's too): where arms ran
+    warnings += side_by_side_warnings(
+        scenario, None if stopping is None else max((len(g.trials) for g in groups), default=0))
     comparisons, benchstat = compared.comparisons, compared.benchstat
     design = sequential_design(scenario)
     looked = 0 if rounds is None else min(rounds, scenario.max_trials)
