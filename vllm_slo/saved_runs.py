@@ -91,18 +91,41 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def _measurement_of(trial: Trial) -> str | None:
+    """What a trial measured, independent of the folder it lies in: an imported run's source
+    record (sha256 of the file and the record's index), a run's start instant and server; None
+    when its provenance says neither (then only the folder identifies it)."""
+    provenance = trial.provenance
+    bench = provenance.get("vllm_bench")
+    if provenance.get("source") == "vllm-bench" and isinstance(bench, dict) and bench.get(
+            "sha256"):
+        return f"the vllm bench record {bench.get('sha256')}#{bench.get('record')}"
+    if provenance.get("started_utc"):
+        return (f"the run started {provenance.get('started_utc')} (server "
+                f"{json.dumps(provenance.get('server_instance'), sort_keys=True)})")
+    return None
+
+
 def _same_trials(groups: Sequence[Group]) -> list[str]:
-    """Trial folders that appear in more than one compared group (a run given twice, or a
-    trial folder beside the experiment that holds it)."""
-    seen: dict[Path, int] = {}
+    """Trials that appear in more than one compared group: a run given twice, a trial folder
+    beside the experiment that holds it, a copy of a run folder, or one vllm bench file
+    imported twice."""
+    seen: dict[str, tuple[int, Path]] = {}
     repeated = []
     for index, group in enumerate(groups):
         for trial in group.trials:
             folder = trial.run_dir.resolve()
-            if folder in seen and seen[folder] != index:
-                repeated.append(f"{trial.run_dir} is in both {groups[seen[folder]].label} "
-                                f"and {group.label}")
-            seen.setdefault(folder, index)
+            measured = _measurement_of(trial)
+            for key in (str(folder), *((measured,) if measured else ())):
+                if key in seen and seen[key][0] != index:
+                    other = seen[key][1]
+                    repeated.append(
+                        f"{trial.run_dir} is in both {groups[seen[key][0]].label} and "
+                        f"{group.label}" if other == folder else
+                        f"{trial.run_dir} ({group.label}) and {other} "
+                        f"({groups[seen[key][0]].label}) hold {key}")
+                    break
+                seen.setdefault(key, (index, folder))
     return repeated
 
 

@@ -520,11 +520,15 @@ def test_saved_run_commands_work_on_the_experiment(experiment, chat_run, tmp_pat
     assert "cannot estimate the restart-to-restart variation" in plan
     assert "a: 2 valid trial(s) on 1 instance(s)" in plan
     single, _, _ = chat_run
-    with pytest.raises(ScenarioError, match="workload differs"):  # b: completions, 40 prompts
+    with pytest.raises(ScenarioError, match="hold the vllm bench record"):  # CHAT1 both sides
         compare_saved_runs([single, out], None, 0.05, tmp_path / "compare")
-    compared = compare_saved_runs([single, out], None, 0.05, tmp_path / "compare", force=True)
+    import_vllm_bench([OVERLOAD], tmp_path / "overload")
+    with pytest.raises(ScenarioError, match="workload differs"):  # 20 req/s into 4 slots
+        compare_saved_runs([tmp_path / "overload", out], None, 0.05, tmp_path / "compare")
+    compared = compare_saved_runs([tmp_path / "overload", out], None, 0.05,
+                                  tmp_path / "compare", force=True)
     assert compared.exit_code == ExitCode.PASS
-    assert "--force: experiment:b vs chat: workload differs" in compared.text
+    assert "--force: experiment:b vs overload: workload differs" in compared.text
     assert (tmp_path / "compare" / "report.html").is_file()
 
 

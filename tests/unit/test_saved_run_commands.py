@@ -195,6 +195,14 @@ def test_compare_refuses_a_run_with_itself(runs, tmp_path: Path) -> None:
     assert code == ExitCode.USAGE_ERROR and "refusing to compare a run with itself" in complained
     code, _, complained = run_main(["gate", str(a), "--baseline", str(a)])
     assert code == ExitCode.USAGE_ERROR and "against itself" in complained
+    # one vllm bench file imported twice (or a run folder copied): the same measurement
+    source = BENCH / "chat-rate8-trial1.json"
+    for name in ("first", "again"):
+        assert run_main(["import", "vllm-bench", str(source), "--out",
+                         str(tmp_path / name)])[0] == ExitCode.PASS
+    code, _, complained = run_main(["--runs-dir", str(tmp_path / "out"), "compare",
+                                    str(tmp_path / "first"), str(tmp_path / "again")])
+    assert code == ExitCode.USAGE_ERROR and "hold the vllm bench record" in complained
 
 
 def test_compare_refuses_different_workloads_as_gate_does(tmp_path: Path) -> None:

@@ -169,11 +169,18 @@ def test_report_rerenders_the_import(live_import, workspace: Path) -> None:
 def test_compare_two_imported_trials_with_two_others(live_import, committed_import,
                                                      workspace: Path) -> None:
     assert committed_import.returncode == 0, committed_import.output
-    result = run_cli(["compare", "runs/committed", "runs/live"], workspace / "runs",
+    # the live files ran another workload (max concurrency 4): compare refuses, as gate does
+    refused = run_cli(["compare", "runs/committed", "runs/live"], workspace / "runs",
+                      cwd=workspace)
+    assert refused.returncode == 2 and "workload differs" in refused.output, refused.output
+    result = run_cli(["compare", "runs/committed", "runs/live", "--force"], workspace / "runs",
                      cwd=workspace)
     assert result.returncode == 0, result.output
+    assert "warning: --force: live vs committed: workload differs" in result.output
     # two trials per side can never be significant: every cell says so, with its interval
     assert "not testable with 2+2 trials" in result.output, result.output
+    # both live files ran on one server (one label): within-instance, and said so
+    assert "live vs committed: n=2+2 trials, 2+1 instances: within-instance" in result.output
     assert "report: " in result.output
 
 
@@ -194,8 +201,9 @@ def test_plan_from_the_imported_pilot(live_import, workspace: Path) -> None:
     result = run_cli(["plan", "runs/live", "--effect", "20%"], workspace / "runs",
                      cwd=workspace)
     assert result.returncode == 0, result.output
-    assert "trials per variant to detect a 20% change" in result.output
-    assert "ttft.p50" in result.output
+    # both files ran against the one shared server: no restart variation to plan from
+    assert "cannot estimate the restart-to-restart variation" in result.output, result.output
+    assert "live: 2 valid trial(s) on 1 instance(s)" in result.output
 
 
 def test_a_failing_slo_gives_exit_code_1(live_files: list[Path], workspace: Path) -> None:
