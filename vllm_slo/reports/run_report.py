@@ -40,6 +40,7 @@ from vllm_slo.reports.analysis.verdicts import (
     goodput,
     invalid_measurement_reasons,
 )
+from vllm_slo.reports.analysis.warmup_sizing import is_unsized, size_rules, unsized_result
 from vllm_slo.reports.client_records import read_client_records
 from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.reports.render.html import build_view, render_html
@@ -159,7 +160,12 @@ def load_run(run_dir: Path) -> LoadedRun:
     parts = {name: (part, summarize(part)) for name, part in series_by_profile(
         table, scenario.traffic.duration_s, scenario.traffic.profile == "mix",
         cut_short).items()}
-    slo_results = evaluate_slos(scenario.slo.rules(), series, summary, parts=parts)
+    # `p95 < 3x warmup`: thresholds sized from this run's own warm-up, said in the warnings
+    sizing = size_rules(scenario.slo.rules(), table, scenario.traffic.warmup_s)
+    sized = [rule for rule in sizing.rules if not is_unsized(rule)]
+    evaluated = iter(evaluate_slos(sized, series, summary, parts=parts))
+    slo_results = tuple(unsized_result(rule) if is_unsized(rule) else next(evaluated)
+                        for rule in sizing.rules)
     invalid = invalid_measurement_reasons(summary, status.server_failure,
                                           status.load_generator_failure,
                                           scenario.traffic.max_send_lag_p99_s)
@@ -193,13 +199,13 @@ def load_run(run_dir: Path) -> LoadedRun:
         run_id=run_dir.name, scenario=scenario, provenance=provenance,
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
-        goodput=goodput(scenario.slo.rules(), series),
+        goodput=goodput(sized, series),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
         by_profile={name: part_summary for name, (_, part_summary) in parts.items()},
-        warnings=[*status.warnings, *read_warnings])
+        warnings=[*status.warnings, *read_warnings, *sizing.notes])
     return LoadedRun(document, series, table, server_records)
 
 

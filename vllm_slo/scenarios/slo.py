@@ -2,6 +2,7 @@
 
     slo:
       ttft: ["p95 < 2s", "p50 < 500ms"]     # latency metrics: ttft itl tpot e2e
+      itl: ["p95 < 3x warmup"]              # 3 × the warm-up's own p95, sized at run time
       error_rate: "< 1%"                    # fraction of measured requests that failed
       output_throughput: "> 100 tok/s"      # output tokens per second over the measured window
       request_throughput: "> 2 req/s"
@@ -12,8 +13,9 @@
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.units import parse_duration_s
@@ -23,18 +25,32 @@ COMPARATORS = ("<", "<=", ">", ">=")
 _LATENCY_RULE = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s*(<=|>=|<|>)\s*(\S+(?:\s*\S+)?)\s*$")
 _ERROR_RATE_RULE = re.compile(r"^\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
 _RATE_RULE = re.compile(r"^\s*(>=|>|<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(\S+/s)?\s*$")
+# `3x warmup`: a threshold sized at run time from the run's own warm-up (the same statistic)
+_WARMUP_THRESHOLD = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*x\s*warm-?up$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
 class SloRule:
-    """One SLO: `statistic(metric) comparator threshold`, threshold in SI units."""
+    """One SLO: `statistic(metric) comparator threshold`, threshold in SI units.
+
+    A latency rule may be sized from the run's warm-up (`p95 < 3x warmup`): `warmup_factor`
+    is set and `threshold` is NaN until `reports.analysis.warmup_sizing` sizes it from the
+    warm-up rows (factor × the warm-up's own statistic). A rule is identified by what was
+    written (metric, statistic, comparator, text, part), so a sized rule equals its source."""
 
     metric: str  # a name in metrics.METRICS
     statistic: str  # "p95", "p99.9", "mean" for latency; "rate" for error_rate; "mean" for rates
     comparator: str  # one of COMPARATORS
-    threshold: float  # seconds for latency, fraction for error_rate, per second for rates
+    # seconds for latency, fraction for error_rate, per second for rates
+    threshold: float = field(compare=False)
     text: str  # as written, for reports
     profile: str | None = None  # a mix's part whose requests this rule judges; None: all
+    warmup_factor: float | None = field(default=None, compare=False)
+
+    @property
+    def sized(self) -> bool:
+        """The threshold is a number (an absolute rule, or a warm-up rule once sized)."""
+        return not math.isnan(self.threshold)
 
     @property
     def percentile(self) -> float | None:
@@ -74,11 +90,19 @@ def parse_latency_rule(metric: str, text: str) -> SloRule:
         )
     statistic, comparator, threshold_text = match.groups()
     metric_named(metric).check_statistic(statistic)  # a percentile strictly inside (0, 100)
+    relative = _WARMUP_THRESHOLD.match(threshold_text.strip())
+    if relative is not None:
+        factor = float(relative.group(1))
+        if not 0.0 < factor <= 1000.0:
+            raise ValueError(f"a warm-up factor lies in (0, 1000], got {threshold_text!r} in "
+                             f"{text!r}")
+        return SloRule(metric, statistic, comparator, math.nan, text, warmup_factor=factor)
     try:
         threshold_s = parse_duration_s(threshold_text.replace(" ", ""))
     except ValueError:
         raise ValueError(f"threshold {threshold_text!r} of {text!r} is not a duration; expected "
-                         "e.g. 2s, 500ms or 1.5 (seconds)") from None
+                         "e.g. 2s, 500ms or 1.5 (seconds), or 3x warmup (sized from the "
+                         "warm-up)") from None
     return SloRule(metric, statistic, comparator, threshold_s, text)
 
 

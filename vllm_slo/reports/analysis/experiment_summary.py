@@ -39,10 +39,11 @@ from vllm_slo.reports.analysis.sequential import (
     SequentialDesign,
     decide_cells,
 )
-from vllm_slo.reports.analysis.statistics import Estimate, rate_estimate, slo_verdict
+from vllm_slo.reports.analysis.statistics import Estimate, Verdict, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
 from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
+from vllm_slo.reports.analysis.warmup_sizing import unsized_result
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.metrics import MetricKind, metric_named
@@ -374,12 +375,27 @@ class ExperimentSummary(EchoesScenario):
 # building
 
 
+def sized_across_trials(rule: SloRule, trials: Sequence[Trial]) -> SloRule:
+    """A warm-up rule across trials: the median of the thresholds the trials sized on their
+    own warm-ups (unsized when none did)."""
+    thresholds = [entry.rule.threshold for trial in trials for entry in trial.outcome.slos
+                  if entry.rule == rule and entry.rule.sized]
+    return dataclasses.replace(
+        rule, threshold=float(np.median(thresholds)) if thresholds else math.nan)
+
+
 def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> SloEntry:
     """k >= 2 valid trials: decided between trials (scope `between-trials`) from the interval
     across the per-trial statistics; for the error rate, the wider of that interval and the
     exact bounds on the pooled counts (identical per-trial rates, e.g. all zero, still leave
     the counts' uncertainty). One trial: that trial's own verdict (`within-instance`)."""
     valid = [t for t in group.trials if t.valid]
+    if rule.warmup_factor is not None:  # `3x warmup`: each trial sized it on its own warm-up
+        rule = sized_across_trials(rule, valid)
+        if not rule.sized:
+            return SloEntry(rule, ReportedEstimate.of(unsized_result(rule).observed),
+                            Verdict.INCONCLUSIVE, "no valid trial sized the warm-up threshold",
+                            VerdictScope.BETWEEN_TRIALS)
     if len(valid) == 1:
         own = next(s for s in valid[0].outcome.slos if s.rule == rule)
         return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}",

@@ -98,8 +98,10 @@ class SloEntry:
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> SloEntry:
+        threshold = data["threshold"]  # null: a warm-up rule that could not be sized
         rule = SloRule(data["metric"], data["statistic"], data["comparator"],
-                       float(data["threshold"]), data["text"], data.get("profile"))
+                       math.nan if threshold is None else float(threshold), data["text"],
+                       data.get("profile"))
         return cls(rule, ReportedEstimate.from_json_dict(data["observed"]),
                    Verdict(data["verdict"]), data["basis"],
                    VerdictScope(data.get("scope", VerdictScope.WITHIN_INSTANCE.value)))
@@ -107,7 +109,8 @@ class SloEntry:
     def to_json_dict(self) -> dict[str, Any]:
         rule = self.rule
         return {"metric": rule.metric, "statistic": rule.statistic,
-                "comparator": rule.comparator, "threshold": rule.threshold, "text": rule.text,
+                "comparator": rule.comparator,
+                "threshold": rule.threshold if rule.sized else None, "text": rule.text,
                 "profile": rule.profile, "observed": self.observed.to_json_dict(),
                 "verdict": self.verdict.value, "basis": self.basis, "scope": self.scope.value}
 
