@@ -338,3 +338,49 @@ def test_an_interrupted_experiment_resumes_in_its_round_order(
     assert summary["stopping"] == {**summary["stopping"], "reason": "decided", "rounds": 2}
     assert sorted(p.name for p in (run_dir / TRIALS_DIR).iterdir()) == [
         f"001-{names[0]}-1", f"002-{names[1]}-1", f"003-{names[1]}-2", f"004-{names[0]}-2"]
+
+
+def _experiment_folder(tmp_path: Path, overrides: list[str]) -> tuple[Path, object]:
+    import yaml
+
+    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+
+    scenario, _ = load_scenario("chunked-prefill-ab", ["compare.cells=[ttft.p50]", *overrides])
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    return run_dir, scenario
+
+
+def test_the_budget_stops_the_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget one round already exceeds: no second round, whatever the design's min."""
+    from vllm_slo.scenarios.loader import resolve_variants
+
+    run_dir, scenario = _experiment_folder(tmp_path, ["trials={min: 2, max: 4, budget: 1ms}"])
+    names = list(scenario.variants)  # type: ignore[attr-defined]
+    ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.05}, interrupt_at=None)
+    outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                                        lambda line: None).run()
+    assert len(ran) == 2
+    stopping = outcome.rendered.summary["stopping"]
+    assert (stopping["reason"], stopping["rounds"], stopping["looks"]) == ("budget", 1, 0)
+    assert "another round" in stopping["detail"]
+
+
+def test_a_fixed_count_looks_once_at_its_end(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """trials: 3 runs 3 rounds whatever the data (a ×4 TTFT), then one look: max_trials, the
+    cell changed."""
+    from vllm_slo.scenarios.loader import resolve_variants
+
+    run_dir, scenario = _experiment_folder(tmp_path, ["trials=3"])
+    names = list(scenario.variants)  # type: ignore[attr-defined]
+    ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=None)
+    said: list[str] = []
+    outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                                        said.append).run()
+    assert len(ran) == 6
+    summary = outcome.rendered.summary
+    assert (summary["stopping"]["reason"], summary["stopping"]["looks"]) == ("max_trials", 1)
+    assert summary["comparisons"][0]["cells"][0]["decision"]["decision"] == "changed"
+    assert sum(1 for line in said if line.startswith("look ")) == 1
