@@ -33,7 +33,6 @@ from vllm_slo.reports.render.experiment_text import render_comparison_text
 from vllm_slo.reports.render.text import format_trials_needed
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.reports.trial_folders import (
-    check_run_files,
     collect_trials,
     is_experiment,
     read_scenario,
@@ -313,11 +312,9 @@ def report_saved_run(run_dir: Path) -> CommandResult:
     if is_experiment(run_dir):
         read_scenario(run_dir)
         for trial_dir, _, _ in trial_folders(run_dir):
-            check_run_files(trial_dir)
-            render_run(trial_dir)
+            render_run(trial_dir)  # reads a damaged trial as far as its data allow
         rendered = render_experiment(run_dir)
     else:
-        check_run_files(run_dir)
         rendered = render_run(run_dir)
     return CommandResult(f"{rendered.text}\n\nreport: {rendered.report_path}",
                          ExitCode(rendered.summary["exit_code"]), rendered.report_path)

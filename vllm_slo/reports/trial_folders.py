@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
 from vllm_slo.reports.analysis.run_metrics import run_series, series_by_profile
@@ -24,11 +23,9 @@ from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     PROVENANCE_FILE,
     SCENARIO_FILE,
-    STATUS_FILE,
     SUMMARY_FILE,
     TRIALS_DIR,
 )
-from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 
 #: a trial folder's name: `NNN-<variant>-<k>` (experiment_runner.trial_folder_name); anything
@@ -71,29 +68,29 @@ def read_scenario(run_dir: Path) -> Scenario:
         return Scenario.model_validate(document)
 
 
-SAMPLES_HINT = "delete it to have the rows read from samples/*.arrows"
-
-
 def read_provenance(run_dir: Path) -> Provenance:
-    with naming(run_dir / PROVENANCE_FILE):
+    """provenance.json; damaged, a usage error naming it: comparing or gating trials needs
+    what it says (model, vLLM version, host, the server instance). (`report` leaves a damaged
+    one out with a warning instead: one run's numbers do not depend on it.)"""
+    with naming(run_dir / PROVENANCE_FILE, "the runs' model, vLLM version, host and server "
+                                           "instance cannot be checked without it"):
         return Provenance.read(run_dir)
 
 
 def read_samples(run_dir: Path) -> pa.Table:
-    with naming(run_dir / SAMPLES_FILE, SAMPLES_HINT):
+    """The rows: samples.parquet, or samples/*.arrows where it is damaged (reports.samples);
+    with neither readable, a usage error naming the file."""
+    with naming(run_dir / SAMPLES_FILE):
         return load_samples(run_dir)
 
 
-def check_run_files(run_dir: Path) -> Scenario:
-    """Read a run folder's small files (scenario, status, provenance) and the samples' footer,
-    each damage named by its file, before a report is rebuilt from them."""
+def check_trial_files(run_dir: Path) -> Scenario:
+    """A trial's scenario and provenance, each damage named by its file, before the rest is
+    read as far as the data allow (its outcome from summary.json, rebuilt by the run report's
+    own reading where that is missing or damaged; its rows from the streams where
+    samples.parquet is damaged)."""
     scenario = read_scenario(run_dir)
-    with naming(run_dir / STATUS_FILE):
-        RunStatus.read(run_dir)
     read_provenance(run_dir)
-    if (run_dir / SAMPLES_FILE).is_file():
-        with naming(run_dir / SAMPLES_FILE, SAMPLES_HINT):
-            pq.read_metadata(run_dir / SAMPLES_FILE)
     return scenario
 
 
@@ -112,7 +109,7 @@ def _outcome(run_dir: Path) -> TrialOutcome:
 
 
 def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
-    scenario = check_run_files(run_dir)
+    scenario = check_trial_files(run_dir)
     provenance = read_provenance(run_dir).to_json_dict()
     outcome = _outcome(run_dir)
     table = read_samples(run_dir)
