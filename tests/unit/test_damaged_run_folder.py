@@ -116,3 +116,22 @@ def test_a_damaged_provenance_is_left_out_with_a_warning(run_dir: Path, text: st
     assert any(w.startswith("provenance.json is damaged (") and w.endswith("provenance left out")
                for w in rendered.summary["warnings"]), rendered.summary["warnings"]
     assert json.loads((run_dir / "summary.json").read_text())["provenance"] == {}
+
+
+def test_vllm_slo_report_falls_back_and_says_so(run_dir: Path) -> None:
+    import signal
+
+    from vllm_slo.cli import main
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _truncate(run_dir / "samples.parquet", 0.5)
+    said: list[str] = []
+    complained: list[str] = []
+    try:
+        code = main(["report", str(run_dir)], said.append, complained.append)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert (code, complained) == (ExitCode.PASS, [])
+    assert "warning: samples.parquet is damaged (" in said[0]
+    assert "the 400 rows of samples/*.arrows (1 file(s)) were read instead" in said[0]
