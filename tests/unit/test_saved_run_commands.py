@@ -425,3 +425,27 @@ def test_instance_of_a_trial_from_its_provenance(runs) -> None:
         "label restart-2"
     assert key({"kind": "imported", "label": "a"}) == "label a"
     assert key({"kind": "imported", "label": None}) is None
+
+
+def test_an_attached_experiment_on_one_server_is_within_instance(tmp_path: Path) -> None:
+    """Every trial against one URL (attach mode, no label): the SLO verdicts and the pair are
+    within-instance, and the text says so."""
+    attached = {"server_instance": {"kind": "attached", "url": "http://gpu:8000",
+                                    "label": None}}
+    run = experiment(tmp_path / "attached", {"a": 0.05, "b": 0.06}, trials=3, noise=0.05,
+                     provenance={"a": attached, "b": attached})
+    rendered = render_experiment(run)
+    summary = rendered.summary
+    assert {s["scope"] for v in summary["variants"].values() for s in v["slos"]} == {
+        "within-instance"}
+    assert "3 trials on 1 server instance(s): within-instance" in rendered.text
+    pair = summary["comparisons"][0]["instances"]
+    assert (pair["baseline"], pair["candidate"], pair["shared_between_sides"],
+            pair["scope"]) == (1, 1, 1, "within-instance")
+    assert "b vs a: n=3+3 trials, 1+1 instances, 1 serving both sides: within-instance" in \
+        rendered.text
+    fresh = experiment(tmp_path / "fresh", {"a": 0.05, "b": 0.06}, trials=3, noise=0.05)
+    summary = render_experiment(fresh).summary
+    assert {s["scope"] for v in summary["variants"].values() for s in v["slos"]} == {
+        "between-trials"}
+    assert summary["comparisons"][0]["instances"]["scope"] == "between-instances"

@@ -388,7 +388,8 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     """k >= 2 valid trials: decided between trials (scope `between-trials`) from the interval
     across the per-trial statistics; for the error rate, the wider of that interval and the
     exact bounds on the pooled counts (identical per-trial rates, e.g. all zero, still leave
-    the counts' uncertainty). One trial: that trial's own verdict (`within-instance`)."""
+    the counts' uncertainty). One trial: that trial's own verdict (`within-instance`); trials
+    that shared a server instance (attach mode, one label) are `within-instance` too."""
     valid = [t for t in group.trials if t.valid]
     if rule.warmup_factor is not None:  # `3x warmup`: each trial sized it on its own warm-up
         rule = sized_across_trials(rule, valid)
@@ -414,9 +415,13 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
         estimate = _wider(pooled, estimate)
         basis = (f"{failed} of {requests} requests failed over {len(valid)} trials: the wider "
                  f"of the exact bounds on the pooled counts and the interval across trials")
+    scope = VerdictScope.BETWEEN_TRIALS
+    if group.instances < len(valid):  # trials that shared a server cover no restart variation
+        scope = VerdictScope.WITHIN_INSTANCE
+        basis += (f"; {len(valid)} trials on {group.instances} server instance(s): "
+                  f"within-instance")
     return SloEntry(rule, ReportedEstimate.of(estimate),
-                    slo_verdict(estimate, rule.comparator, rule.threshold), basis,
-                    VerdictScope.BETWEEN_TRIALS)
+                    slo_verdict(estimate, rule.comparator, rule.threshold), basis, scope)
 
 
 def _wider(first: Estimate, second: Estimate) -> Estimate:
@@ -630,13 +635,18 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
                                  redact_secrets(arm.server.engine_args)))
         warnings += _excluded_warning(variants[-1])
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
-    warnings += compared.reach_warnings
+    design = sequential_design(scenario)
+    decides = design is not None and stopping is not None and stopping.rounds > 0
+    # the table's rank test cannot reach significance; the design's own test may (it passed
+    # the design check): say whose limit it is
+    warnings += [f"{w} (the benchstat table's rank test; the design's decisions use "
+                 f"{design.test})" if decides and design is not None
+                 and design.test != "mann-whitney" else w for w in compared.reach_warnings]
     rounds = None if stopping is None else stopping.rounds
     # the rounds whose trials are on disk (an interrupted round's too): where arms ran
     warnings += side_by_side_warnings(
         scenario, None if stopping is None else max((len(g.trials) for g in groups), default=0))
     comparisons, benchstat = compared.comparisons, compared.benchstat
-    design = sequential_design(scenario)
     looked = 0 if rounds is None else min(rounds, scenario.max_trials)
     if design is not None and comparisons and looked > 0 and stopping is not None:
         decided = look_decisions(design, groups, cells, looked)
