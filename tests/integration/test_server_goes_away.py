@@ -65,6 +65,8 @@ def test_a_killed_server_is_named_and_not_hammered(tmp_path: Path) -> None:
     assert outage["to_the_end"] and 3.0 < outage["start_offset_s"] < 7.0
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert any("server unreachable" in r for r in summary["invalid_reasons"])
+    # the users' back-off is the server's absence, not a client limit with the wrong remedy
+    assert not any("users were busy" in r for r in summary["invalid_reasons"]), summary
 
 
 def test_abort_on_error_rate_stops_the_run_early(tmp_path: Path) -> None:
