@@ -190,7 +190,9 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
 
     record = tmp_path / "served.jsonl"
     with standin_server("--ttft", "0.03", "--itl", "0.01", "--record", str(record)) as url:
-        result = run_cli(["run", "scenario=chat", f"server.url={url}", *COMMON,
+        result = run_cli(["run", "scenario=chat", f"server.url={url}",
+                          *(arg for arg in COMMON  # each key once: overrides repeat nothing
+                            if not arg.startswith("traffic.chat.output_tokens=")),
                           "traffic.chat.output_tokens=48", "traffic.duration=5s",
                           "traffic.warmup=1s",
                           "traffic.arrival={kind: closed, users: 32, spawn_rate: 32, "

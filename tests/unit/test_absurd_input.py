@@ -176,12 +176,14 @@ def test_a_repeated_override_is_refused_naming_the_key(overrides: list[str], exp
     assert "chat.yaml: " + expect in message, message
 
 
-def test_a_mapping_then_its_keys_is_layering_not_a_repeat(tmp_path: Path) -> None:
+def test_layering_and_a_repeated_equal_value_are_not_conflicts(tmp_path: Path) -> None:
     from vllm_slo.scenarios.loader import load_scenario
 
     scenario, _ = load_scenario("chat", ["traffic.arrival={kind: closed, users: 2}",
                                          "traffic.arrival.users=4"])
     assert scenario.traffic.arrival.users == 4
+    same, _ = load_scenario("chat", ["traffic.duration=3s", "traffic.duration=3s"])
+    assert same.traffic.duration_s == 3.0  # the same value twice changes nothing
 
 
 @pytest.mark.parametrize(("data", "expect"), [
@@ -204,7 +206,7 @@ def test_an_unusable_sharegpt_file_leaves_no_run_folder(data: str | None, expect
 
 
 def test_a_variant_with_an_unusable_sharegpt_file_is_named(tmp_path: Path) -> None:
-    path = _scenario_file(tmp_path, "name: ab\nserver: {url: 'http://127.0.0.1:9'}\n"
+    path = _scenario_file(tmp_path, "name: ab\ntrials: 4\nserver: {url: 'http://127.0.0.1:9'}\n"
                           "variants:\n  a: {}\n  b: {traffic: {profile: sharegpt, sharegpt: "
                           f"{{path: {tmp_path}/none.json}}}}}}\n")
     message = _refused(["run", f"scenario={path}"], tmp_path / "runs")

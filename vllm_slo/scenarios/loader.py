@@ -205,11 +205,12 @@ def parse_override(text: str) -> Override:
 
 
 def check_repeated_overrides(overrides: Sequence[Override]) -> None:
-    """Each key once: a later override of the same key, or of a mapping holding an earlier
-    one, would silently replace it."""
+    """Each key once: a later override of the same key with another value, or of a mapping
+    holding an earlier one, would silently replace it (the same value twice changes nothing:
+    a shared list of overrides may repeat one)."""
     for index, override in enumerate(overrides):
         for earlier in overrides[:index]:
-            if earlier.dotted_key == override.dotted_key:
+            if earlier.dotted_key == override.dotted_key and earlier.value != override.value:
                 raise ScenarioError(
                     f"override {override.text!r}: {override.dotted_key} is given twice (also "
                     f"{earlier.text!r}); give each key once")
