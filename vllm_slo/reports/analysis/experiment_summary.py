@@ -505,13 +505,14 @@ class _Compared:
     planning: tuple[PlanEntry, ...]
     benchstat: str
     reach_warnings: tuple[str, ...]  # per pair, from its actual trial counts
+    instance_warnings: tuple[str, ...] = ()  # per pair whose trials shared server instances
 
 
 def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float
              ) -> _Compared:
     families = compare_groups(groups, cells, alpha) if len(groups) > 1 else []
     reach = tuple(w for family in families for w in family_reachability_warnings(family))
-    reach += tuple(w for candidate in groups[1:]
+    shared = tuple(w for candidate in groups[1:]
                    for w in (within_instance_warning(groups[0], candidate),) if w)
     return _Compared(
         tuple(ComparisonEntry(f[0].baseline, f[0].candidate,
@@ -519,7 +520,7 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
                               instance_scope(groups[0], candidate))
               for f, candidate in zip(families, groups[1:], strict=True)),
         tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha)),
-        benchstat_table(groups, families, cells) if families else "", reach)
+        benchstat_table(groups, families, cells) if families else "", reach, shared)
 
 
 def round_values(baseline: Group, candidate: Group, cells: Sequence[str]
@@ -642,6 +643,7 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
     warnings += [f"{w} (the benchstat table's rank test; the design's decisions use "
                  f"{design.test})" if decides and design is not None
                  and design.test != "mann-whitney" else w for w in compared.reach_warnings]
+    warnings += compared.instance_warnings
     rounds = None if stopping is None else stopping.rounds
     # the rounds whose trials are on disk (an interrupted round's too): where arms ran
     warnings += side_by_side_warnings(
@@ -681,7 +683,7 @@ def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
     variants = [_variant(group, cells, "path") for group in groups]
     compared = _compare(groups, cells, alpha, effect)
     warnings = [w for variant in variants for w in _excluded_warning(variant)]
-    warnings += compared.reach_warnings
+    warnings += [*compared.reach_warnings, *compared.instance_warnings]
     scenario = {**baseline.to_yaml_dict(),
                 "compare": {"cells": list(cells), "alpha": alpha, "effect": effect}}
     return ExperimentSummary(
