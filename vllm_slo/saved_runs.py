@@ -279,7 +279,7 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
             notes.append(f"beyond the margin at {level}, but not after Holm over "
                          f"{item.family_size} cells")
         elif item.holm_factor > 1:
-            notes.append(f"Holm step: {format_level(ratio.confidence)} interval")
+            notes.append(f"beyond the margin after Holm over {item.family_size} cells")
         lines.append(f"{item.result.verdict.value:<12} {item.cell:<24} ratio {shown}"
                      f"{'  (' + '; '.join(notes) + ')' if notes else ''}")
     lines += [f"warning (--force): {m}" for m in refused]
