@@ -540,7 +540,7 @@ def test_one_label_for_all_files_and_unlabelled_files(tmp_path: Path) -> None:
     assert [(f.name, v) for f, v, _ in trial_folders(tmp_path / "none")] == [
         ("001-run-1", ""), ("002-run-2", "")]
     scenario, _ = load_scenario(str(tmp_path / "none" / "scenario.yaml"))
-    assert scenario.trials == 2 and not scenario.variants
+    assert scenario.max_trials == 2 and not scenario.variants
 
 
 def test_variant_name_equals_file(tmp_path: Path) -> None:
