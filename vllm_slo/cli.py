@@ -147,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--cells", nargs="+", default=None,
                          help="metric.statistic cells (default: the baseline scenario's)")
     compare.add_argument("--alpha", type=float, default=0.05)
+    compare.add_argument("--test", choices=("welch-log", "mann-whitney"), default=None,
+                         help="the per-trial test (default: the baseline scenario's "
+                         "compare.test, welch-log unless it says otherwise)")
     compare.add_argument("--force", action="store_true",
                          help="compare even when the workloads or seed sets differ")
     compare.add_argument("--out", type=Path, default=None,
@@ -225,7 +228,8 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
         result = saved_runs.report_saved_run(options.run_dir)
     elif options.command == "compare":
         result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha,
-                                               options.out, options.runs_dir, options.force)
+                                               options.out, options.runs_dir, options.force,
+                                               options.test)
     elif options.command == "gate":
         result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
                                             options.margin, options.cells, options.force,

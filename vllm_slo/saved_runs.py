@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_slo.reports.analysis.comparison import (
+    TEST_TEXT,
     Group,
     center_estimate,
     format_estimate,
@@ -27,6 +28,7 @@ from vllm_slo.reports.analysis.comparison import (
 from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.reports.analysis.statistics import Verdict
 from vllm_slo.reports.analysis.trial_planning import trials_for_gate
+from vllm_slo.reports.analysis.trial_statistics import TrialTest
 from vllm_slo.reports.analysis.trials import Trial
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text
@@ -130,8 +132,9 @@ def _same_trials(groups: Sequence[Group]) -> list[str]:
 
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
                        out_dir: Path | None = None, runs_root: Path = Path("runs"),
-                       force: bool = False) -> CommandResult:
-    """Compare saved runs (the first is the baseline): summary.json and report.html through
+                       force: bool = False, test: TrialTest | None = None) -> CommandResult:
+    """Compare saved runs (the first is the baseline) with `test` (default: the baseline
+    scenario's `compare.test`): summary.json and report.html through
     the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
     folder under `runs_root`, never inside a compared run's folder). Runs of different
     workloads or seed sets are refused unless `force` (the check `gate` makes, one function);
@@ -155,7 +158,8 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
         raise ScenarioError("refusing to compare runs of different workloads (use --force to "
                             "compare anyway):\n  " + "\n  ".join(refused))
     run_id = f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id)
+    summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id,
+                                       test)
     notes = [f"{'--force: ' if w in refused else ''}{w}" for w in (*refused, *noted)]
     if notes:
         summary = dataclasses.replace(summary, warnings=(*notes, *summary.warnings))
@@ -335,7 +339,8 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
     _check_range("--margin", margin, 0.0, 1.0)
     groups = groups_of(run_dir)
     cells = list(groups[0].trials[0].scenario.compare.cells)
-    plans = plan_trials(groups, cells, effect, alpha)
+    test = groups[0].trials[0].scenario.compare.test
+    plans = plan_trials(groups, cells, effect, alpha, test)
     if not plans:
         counts = ", ".join(f"{g.label}: {g.valid_trials} valid trial(s) on {g.instances} "
                            f"instance(s)" for g in groups)
@@ -343,7 +348,8 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
                 f"valid trials on distinct server instances in a variant ({counts}); run a "
                 f"pilot with trials >= 2 (e.g. trials=5), each on a fresh server")
     lines = [f"trials per variant to detect a {effect:.0%} change at alpha {alpha:g} with 80% "
-             f"power (Mann-Whitney on per-trial statistics), from the variation across "
+             f"power ({TEST_TEXT[test]}, the scenario's compare.test), from the variation "
+             f"across "
              f"distinct server instances:"]
     for item in plans:
         plan = item.plan

@@ -62,7 +62,9 @@ def test_no_effect_is_not_significant(tmp_path: Path) -> None:
 
 
 def test_too_few_trials_are_called_out(tmp_path: Path) -> None:
-    run = experiment(tmp_path / "few", {"a": 0.05, "b": 0.10}, trials=3, noise=0.05)
+    """The rank test's limit: 3 vs 3 trials can never reach p<0.05 (Welch on logs can)."""
+    run = experiment(tmp_path / "few", {"a": 0.05, "b": 0.10}, trials=3, noise=0.05,
+                     overrides=["compare.test=mann-whitney"])
     summary = render_experiment(run).summary
     assert any("can never reach" in w for w in summary["warnings"])
     assert not any(c["significant"] for c in summary["comparisons"][0]["cells"])
@@ -176,7 +178,7 @@ def test_compare_plans_with_the_baseline_scenarios_effect(tmp_path: Path) -> Non
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert summary["kind"] == "comparison"
     assert summary["scenario"]["compare"] == {"cells": ["ttft.p50"], "alpha": 0.05,
-                                              "effect": 0.25}
+                                              "effect": 0.25, "test": "welch-log"}
     assert summary["planning"] and {p["effect"] for p in summary["planning"]} == {0.25}
 
 
@@ -206,7 +208,8 @@ def test_experiment_page_is_built_from_the_typed_view(tmp_path: Path) -> None:
     )
     from vllm_slo.reports.render.experiment_text import render_experiment_text
 
-    run = experiment(tmp_path / "v", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05)
+    run = experiment(tmp_path / "v", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05,
+                     overrides=["compare.test=mann-whitney"])
     summary, groups = load_experiment(run)
     # a plan beyond the planner's cap reads "> 200" on the page and in the text alike
     capped = dataclasses.replace(summary.planning[0], trials_per_variant=None)
@@ -267,11 +270,12 @@ def test_a_variant_left_with_one_valid_trial_still_renders(tmp_path: Path) -> No
 @pytest.fixture(scope="module")
 def slow_5_vs_2(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     """Saved runs: a baseline with 5 trials, a candidate 45× slower in TTFT with 2 trials
-    (the H200 case: a regression the trial counts cannot make significant)."""
+    (the H200 case: a regression the rank test's trial counts cannot make significant;
+    `compare --test mann-whitney`)."""
     root = tmp_path_factory.mktemp("slow")
     base = experiment(root / "base", {"x": 0.05}, trials=5, noise=0.05, seed=1)
     slow = experiment(root / "slow", {"x": 0.05 * 45}, trials=2, noise=0.05, seed=2)
-    result = compare_saved_runs([base, slow], None, 0.05, root / "cmp")
+    result = compare_saved_runs([base, slow], None, 0.05, root / "cmp", test="mann-whitney")
     return json.loads((root / "cmp" / "summary.json").read_text()), result.text
 
 
@@ -386,7 +390,8 @@ def test_significant_cells_show_their_interval_at_the_holm_step_level(tmp_path: 
 def test_closing_warning_uses_the_actual_trial_counts_of_an_experiment(tmp_path: Path) -> None:
     """trials=4 with one of b's servers dead: 4 vs 3 trials (6 * 2/35 = 0.34), not 4 vs 4."""
     run = experiment(tmp_path / "inv", {"a": 0.05, "b": 0.06}, trials=4, noise=0.05,
-                     server_failures={2: "EngineCore died"})
+                     server_failures={2: "EngineCore died"},
+                     overrides=["compare.test=mann-whitney"])
     summary = render_experiment(run).summary
     closing = [w for w in summary["warnings"] if "can never reach" in w]
     assert closing == ["b vs a: 4 vs 3 trials over 6 compared cell(s) can never reach p<0.05 "

@@ -227,9 +227,9 @@ def test_summary_carries_the_stopping_record_and_each_cells_decision(tmp_path: P
     assert re.search(r"^ttft.p50 +changed ×2", rendered.text, re.MULTILINE)
     page = rendered.report_path.read_text()
     assert 'id="stopping"' in page and "decision (design)" in page
-    reach = [w for w in summary["warnings"] if "can never reach" in w]  # the rank test's limit
-    assert reach and all(w.endswith("(the benchstat table's rank test; the design's decisions "
-                                    "use welch-log)") for w in reach)
+    # the table tests with the design's test (welch-log): one answer, no rank-test limit
+    assert cells["ttft.p50"]["test"] == "welch-log" and cells["ttft.p50"]["significant"]
+    assert not [w for w in summary["warnings"] if "can never reach" in w]
 
 
 def test_a_folder_without_a_stopping_record_has_no_decisions(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
                      if isinstance(node, ast.ImportFrom) and node.module
                      and node.module.startswith("vllm_slo")}
     assert imported <= {"__future__", "math", "collections", "dataclasses", "enum", "functools",
-                        "numpy", "scipy", "vllm_slo"}
+                        "typing", "numpy", "scipy", "vllm_slo"}
     assert imported_here <= {f"vllm_slo.reports.analysis.{name}" for name in
                              ("inputs", "effective_size", "statistics", "trial_statistics")}
 

@@ -16,6 +16,7 @@ from vllm_slo.reports.analysis.trial_planning import TrialPlan, trials_needed
 from vllm_slo.reports.analysis.trial_statistics import (
     Comparison,
     NonInferiority,
+    TrialTest,
     below_alpha,
     compare_trials,
     non_inferiority,
@@ -146,13 +147,16 @@ def center_estimate(group: Group, cell: str, confidence: float = 0.95) -> Estima
     return across_trials_estimate(group.values(cell), confidence)
 
 
-def compare_groups(groups: Sequence[Group], cells: Sequence[str], alpha: float = 0.05
-                   ) -> list[tuple[CellComparison, ...]]:
-    """Every group against the first; Holm over the cells of each pair (one family each)."""
+def compare_groups(groups: Sequence[Group], cells: Sequence[str], alpha: float = 0.05,
+                   test: TrialTest = "mann-whitney") -> list[tuple[CellComparison, ...]]:
+    """Every group against the first with ``test`` (scenario ``compare.test``: the test the
+    sequential decisions and the design check use too); Holm over the cells of each pair (one
+    family each)."""
     baseline = groups[0]
     families = []
     for candidate in groups[1:]:
-        raw = [compare_trials(baseline.values(cell), candidate.values(cell), alpha=alpha)
+        raw = [compare_trials(baseline.values(cell), candidate.values(cell), alpha=alpha,
+                              test=test)
                for cell in cells]
         adjusted = with_holm(raw)
         families.append(tuple(CellComparison(cell, baseline.label, candidate.label, result)
@@ -209,9 +213,9 @@ def gate_values(values: Mapping[str, tuple[np.ndarray, np.ndarray]], margin: flo
     return tuple(results)
 
 
-def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, alpha: float
-                ) -> tuple[CellPlan, ...]:
-    """Trials per variant needed to detect `effect` in each cell, from the observed
+def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, alpha: float,
+                test: TrialTest = "mann-whitney") -> tuple[CellPlan, ...]:
+    """Trials per variant for `test` to detect `effect` in each cell, from the observed
     instance-to-instance coefficient of variation (median over the groups that have >= 2
     distinct server instances; trials of one instance count once, as their mean: repeated
     runs on one server do not show restart-to-restart variation)."""
@@ -228,12 +232,12 @@ def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, al
                 cvs.append(float(np.std(values, ddof=1) / abs(np.mean(values))))
         if not cvs:
             continue
-        plan = trials_needed(float(np.median(cvs)), effect, alpha)
+        plan = trials_needed(float(np.median(cvs)), effect, alpha, test=test)
         if collapsed:
             plan = dataclasses.replace(plan, warnings=(
                 *plan.warnings, "variation across distinct server instances only (trials of "
                 "one instance collapsed to their mean): " + "; ".join(collapsed)))
-        floor = min_trials_for_family(len(cells), alpha)
+        floor = min_trials_for_family(len(cells), alpha) if test == "mann-whitney" else 2
         if plan.trials_per_variant is not None and plan.trials_per_variant < floor:
             plan = dataclasses.replace(
                 plan, trials_per_variant=floor,
@@ -263,9 +267,11 @@ def reachability_warning(n_a: int, n_b: int, cells: int, alpha: float) -> str | 
 
 
 def family_reachability_warnings(family: Sequence[CellComparison]) -> list[str]:
-    """One `reachability_warning` per distinct pair of trial counts among a pair's cells."""
+    """One `reachability_warning` per distinct pair of trial counts among a pair's rank-test
+    cells (Welch on logs reaches any p with >= 2 trials a side; Holm's family counts every
+    compared cell)."""
     compared = [item.comparison for item in family if item.comparison.p_value is not None]
-    counts = dict.fromkeys((c.n_a, c.n_b) for c in compared)
+    counts = dict.fromkeys((c.n_a, c.n_b) for c in compared if c.test == "mann-whitney")
     warnings = []
     for n_a, n_b in counts:
         warning = reachability_warning(n_a, n_b, len(compared), compared[0].alpha)
@@ -390,8 +396,9 @@ def format_change(cell: str, result: Comparison) -> str:
       interval the trials allow (all pairwise ratios) at its own, lower, level.
 
     The interval of a testable cell is at the Holm-consistent level it names, so it excludes
-    0% (×1) exactly when the cell is significant. Ratio candidate/baseline (Hodges-Lehmann on
-    logs); the shift in the cell's unit where values <= 0 allow no ratio (error rates of 0)."""
+    0% (×1) exactly when the cell is significant. Ratio candidate/baseline (welch-log: of
+    geometric means; mann-whitney: Hodges-Lehmann on logs); the shift in the cell's unit where
+    values <= 0 allow no ratio (error rates of 0, tested by the rank test)."""
     counts = f"n={result.n_a}+{result.n_b}"
     if result.p_adjusted is None:
         return f"? ({counts})"
@@ -419,10 +426,30 @@ def center_text(group: Group, cell: str) -> str:
 
 
 TABLE_LEGEND = (
-    "change = candidate/baseline (Hodges-Lehmann on per-trial values) [interval] at the level "
-    "shown, Holm-consistent:",
+    "change = candidate/baseline [interval] at the level shown, Holm-consistent:",
     "it excludes 0% exactly when the change is significant; ~ not significant; not testable: "
     "too few trials ever to be significant (the widest interval they allow, at its own level)")
+
+
+TEST_TEXT: dict[str, str] = {
+    "welch-log": "Welch t on log per-trial values (ratio of geometric means)",
+    "mann-whitney": "Mann-Whitney U on per-trial values (Hodges-Lehmann ratio)",
+}
+
+
+def table_test_text(families: Sequence[tuple[CellComparison, ...]], cells: Sequence[str]
+                    ) -> str:
+    """The footer line naming the test behind the table and Holm's family: `Welch t on log
+    per-trial values (ratio of geometric means); Holm over the 2 compared cell(s) of each pair:
+    ...`; cells whose test differs (values <= 0 fall back to the rank test) are named."""
+    tests: list[str] = [item.comparison.test for family in families for item in family]
+    main = max(TEST_TEXT, key=tests.count) if tests else "mann-whitney"
+    text = TEST_TEXT[main]
+    differing = {item.cell: item.comparison.test for family in families for item in family
+                 if item.comparison.test != main}
+    for cell, test in differing.items():
+        text += f"; {cell}: {TEST_TEXT[test]}"
+    return f"{text}; {holm_family_text(cells)}"
 
 
 def holm_family_text(cells: Sequence[str]) -> str:
@@ -458,7 +485,7 @@ def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellCompar
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += TABLE_LEGEND
-    lines.append(holm_family_text(cells))
+    lines.append(table_test_text(families, cells))
     for candidate in groups[1:]:
         lines.append(f"{candidate.label} vs {baseline.label}: "
                      f"{instance_scope(baseline, candidate).text()}")

@@ -37,6 +37,7 @@ from vllm_slo.reports.analysis.sequential import (
     CellDecision,
     CellDecisionWord,
     SequentialDesign,
+    TrialTest,
     decide_cells,
 )
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict, rate_estimate, slo_verdict
@@ -123,7 +124,7 @@ class CellComparisonEntry:
     n_candidate: int
     center_baseline: float | None
     center_candidate: float | None
-    p_value: float | None  # two-sided Mann-Whitney U on per-trial values
+    p_value: float | None  # two-sided, of `test` on per-trial values
     p_adjusted: float | None  # Holm over the pair's cells
     significant: bool
     alpha: float
@@ -131,8 +132,9 @@ class CellComparisonEntry:
     family_size: int  # cells in the pair's Holm family
     holm_factor: int  # the intervals are at 1 - alpha / holm_factor
     interval_confidence: float
-    # Hodges-Lehmann, candidate - baseline / candidate / baseline (on logarithms), intervals at
-    # interval_confidence: they exclude 0 / 1 exactly when `significant` (ties: see warnings)
+    # candidate - baseline / candidate / baseline, intervals at interval_confidence: they
+    # exclude 0 / 1 exactly when `significant` (ties: see warnings). welch-log: difference and
+    # ratio of geometric means (Welch interval on logs); mann-whitney: Hodges-Lehmann
     shift: ReportedEstimate
     ratio: ReportedEstimate
     # not testable only: the widest interval the trial counts allow (every pairwise
@@ -144,6 +146,8 @@ class CellComparisonEntry:
     display: str  # the table's cell: "~ +4.1% [-9.0%, +18.7%] (99.2% CI, p=1 n=5+5)"
     warnings: tuple[str, ...]
     decision: DecisionEntry | None = None  # experiments: the design's decision at its last look
+    # the cell's test: the comparison's (compare.test), or mann-whitney where values <= 0
+    test: str = "mann-whitney"
 
     @classmethod
     def of(cls, item: CellComparison) -> CellComparisonEntry:
@@ -157,12 +161,12 @@ class CellComparisonEntry:
                    _optional(result.shift_range), _optional(result.ratio_range),
                    bool(result.interval_agrees), format_change_interval(item.cell, result),
                    format_change(item.cell, result),
-                   tuple(result.warnings))
+                   tuple(result.warnings), test=result.test)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "cell": self.cell, "baseline": self.baseline, "candidate": self.candidate,
-            "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
+            "test": self.test, "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
             "center_baseline": self.center_baseline, "center_candidate": self.center_candidate,
             "p_value": self.p_value, "p_adjusted": self.p_adjusted,
             "significant": self.significant, "alpha": self.alpha, "testable": self.testable,
@@ -299,16 +303,18 @@ class PlanEntry:
     power: float
     trials_per_variant: int | None  # None: more than the planner's cap
     warnings: tuple[str, ...]
+    test: str = "mann-whitney"  # the test the trials are sized for
 
     @classmethod
     def of(cls, item: CellPlan) -> PlanEntry:
         plan = item.plan
         needed = None if plan.trials_per_variant is None else int(plan.trials_per_variant)
         return cls(item.cell, float(plan.cv), float(plan.effect), float(plan.alpha),
-                   float(plan.power), needed, tuple(plan.warnings))
+                   float(plan.power), needed, tuple(plan.warnings), plan.test)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"cell": self.cell, "trial_to_trial_cv": self.trial_to_trial_cv,
+                "test": self.test,
                 "effect": self.effect, "alpha": self.alpha, "power": self.power,
                 "trials_per_variant": self.trials_per_variant, "warnings": list(self.warnings)}
 
@@ -508,9 +514,9 @@ class _Compared:
     instance_warnings: tuple[str, ...] = ()  # per pair whose trials shared server instances
 
 
-def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float
-             ) -> _Compared:
-    families = compare_groups(groups, cells, alpha) if len(groups) > 1 else []
+def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float,
+             test: TrialTest) -> _Compared:
+    families = compare_groups(groups, cells, alpha, test) if len(groups) > 1 else []
     reach = tuple(w for family in families for w in family_reachability_warnings(family))
     shared = tuple(w for candidate in groups[1:]
                    for w in (within_instance_warning(groups[0], candidate),) if w)
@@ -519,7 +525,7 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
                               tuple(CellComparisonEntry.of(item) for item in f),
                               instance_scope(groups[0], candidate))
               for f, candidate in zip(families, groups[1:], strict=True)),
-        tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha)),
+        tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha, test)),
         benchstat_table(groups, families, cells) if families else "", reach, shared)
 
 
@@ -635,14 +641,16 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
         variants.append(_variant(group, cells, "name", slos,
                                  redact_secrets(arm.server.engine_args)))
         warnings += _excluded_warning(variants[-1])
-    compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect)
+    compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect,
+                        scenario.compare.test)
     design = sequential_design(scenario)
     decides = design is not None and stopping is not None and stopping.rounds > 0
-    # the table's rank test cannot reach significance; the design's own test may (it passed
-    # the design check): say whose limit it is
-    warnings += [f"{w} (the benchstat table's rank test; the design's decisions use "
-                 f"{design.test})" if decides and design is not None
-                 and design.test != "mann-whitney" else w for w in compared.reach_warnings]
+    # with a welch-log design, only cells whose values <= 0 fell back to the table's rank test
+    # carry its limit; the design's decisions test their positive values: say whose limit it is
+    warnings += [f"{w} (the rank test, which the benchstat table uses where a value <= 0 has "
+                 f"no logarithm; the design's decisions use {design.test})"
+                 if decides and design is not None and design.test != "mann-whitney" else w
+                 for w in compared.reach_warnings]
     warnings += compared.instance_warnings
     rounds = None if stopping is None else stopping.rounds
     # the rounds whose trials are on disk (an interrupted round's too): where arms ran
@@ -670,22 +678,25 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
 
 
 def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
-                             cells: Sequence[str] | None, alpha: float, run_id: str
-                             ) -> ExperimentSummary:
+                             cells: Sequence[str] | None, alpha: float, run_id: str,
+                             test: TrialTest | None = None) -> ExperimentSummary:
     """Saved runs compared (`vllm-slo compare`): one group per run folder (or per variant of
     an experiment folder), the first the baseline. The scenario echo is the baseline's, with
-    the compared cells and alpha; planning uses its `compare.effect`. No SLO verdicts: runs
-    are compared, not judged (exit code 0)."""
+    the compared cells, alpha and test (`test`, default the baseline's `compare.test`);
+    planning uses its `compare.effect`. No SLO verdicts: runs are compared, not judged (exit
+    code 0)."""
     baseline = groups[0].trials[0].scenario
     cells = tuple(cells or baseline.compare.cells)
     effect = baseline.compare.effect
+    test = test or baseline.compare.test
     smallest = min(len(g.values(cells[0])) for g in groups)
     variants = [_variant(group, cells, "path") for group in groups]
-    compared = _compare(groups, cells, alpha, effect)
+    compared = _compare(groups, cells, alpha, effect, test)
     warnings = [w for variant in variants for w in _excluded_warning(variant)]
     warnings += [*compared.reach_warnings, *compared.instance_warnings]
     scenario = {**baseline.to_yaml_dict(),
-                "compare": {"cells": list(cells), "alpha": alpha, "effect": effect}}
+                "compare": {"cells": list(cells), "alpha": alpha, "effect": effect,
+                            "test": test}}
     return ExperimentSummary(
         kind="comparison", run_id=run_id, scenario=redact_secrets(scenario), cells=cells,
         trials_per_variant=smallest, variants=tuple(variants),

@@ -32,16 +32,19 @@ from scipy import optimize, stats
 
 from vllm_slo.reports.analysis.inputs import check_alpha
 from vllm_slo.reports.analysis.statistics import Estimate
+from vllm_slo.reports.analysis.trial_statistics import (  # the tests' names: re-exported
+    TRIAL_TESTS as TRIAL_TESTS,
+)
+from vllm_slo.reports.analysis.trial_statistics import TrialTest as TrialTest
 from vllm_slo.reports.analysis.trial_statistics import (
     _mann_whitney_null_cdf,
     below_alpha,
     hodges_lehmann,
     holm_adjust,
+    welch_log_ratio,
 )
 
-TrialTest = Literal["welch-log", "mann-whitney"]
 CellDecisionWord = Literal["changed", "equivalent", "undecided"]
-TRIAL_TESTS: tuple[TrialTest, ...] = ("welch-log", "mann-whitney")
 SpendingFunction = Literal["obrien-fleming", "pocock"]
 SPENDING_FUNCTIONS: tuple[SpendingFunction, ...] = ("obrien-fleming", "pocock")
 
@@ -436,28 +439,9 @@ def _look_tests(design: SequentialDesign, a: np.ndarray, b: np.ndarray
 def _ratio(design: SequentialDesign, a: np.ndarray, b: np.ndarray, confidence: float
            ) -> Estimate:
     xa, xb = _usable(a), _usable(b)
-    n = xa.size + xb.size
     if design.test == "mann-whitney":
         return hodges_lehmann(xa, xb, confidence=confidence, log_scale=True)
-    method = "welch-log-ratio"
-    if xa.size == 0 or xb.size == 0:
-        return Estimate(None, None, None, confidence, n, float(n), method,
-                        (f"nothing to compare ({xa.size} vs {xb.size} trials)",))
-    log_a, log_b = np.log(xa), np.log(xb)
-    difference = float(log_b.mean() - log_a.mean())
-    if xa.size < 2 or xb.size < 2:
-        return Estimate(math.exp(difference), None, None, confidence, n, float(n), method,
-                        ("an interval needs >= 2 trials per arm",))
-    var_a, var_b = float(log_a.var(ddof=1)) / xa.size, float(log_b.var(ddof=1)) / xb.size
-    se = math.sqrt(var_a + var_b)
-    if se == 0.0:
-        value = math.exp(difference)
-        return Estimate(value, value, value, confidence, n, float(n), method,
-                        ("no trial-to-trial variation on either side; interval is a point",))
-    df = (var_a + var_b) ** 2 / (var_a**2 / (xa.size - 1) + var_b**2 / (xb.size - 1))
-    half = float(stats.t.isf((1.0 - confidence) / 2.0, df)) * se
-    return Estimate(math.exp(difference), math.exp(difference - half),
-                    math.exp(difference + half), confidence, n, float(n), method)
+    return welch_log_ratio(xb, xa, confidence)
 
 
 def decide_cells(design: SequentialDesign, trials_per_arm: int,

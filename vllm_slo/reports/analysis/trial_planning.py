@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from scipy import stats
 
 from vllm_slo.reports.analysis.inputs import check_alpha, check_confidence
-from vllm_slo.reports.analysis.trial_statistics import below_alpha, min_p_value_mann_whitney
+from vllm_slo.reports.analysis.trial_statistics import (
+    TrialTest,
+    below_alpha,
+    min_p_value_mann_whitney,
+)
 
 #: ``trials_needed`` gives up (returns None) above this many trials per variant.
 MAX_TRIALS_PER_VARIANT: int = 200
@@ -25,7 +29,7 @@ MW_PLANNING_EFFICIENCY: float = 108.0 / 125.0
 
 @dataclass(frozen=True, slots=True)
 class TrialPlan:
-    """How many trials per variant a Mann-Whitney comparison needs (None: more than the cap)."""
+    """How many trials per variant a comparison with ``test`` needs (None: more than the cap)."""
 
     trials_per_variant: int | None
     cv: float
@@ -33,6 +37,7 @@ class TrialPlan:
     alpha: float
     power: float
     warnings: tuple[str, ...]
+    test: TrialTest = "mann-whitney"
 
 
 def _min_trials_for_alpha(alpha: float) -> int:
@@ -42,9 +47,11 @@ def _min_trials_for_alpha(alpha: float) -> int:
     return n
 
 
-def _mann_whitney_power(n: int, sigma_log: float, delta_log: float, alpha: float) -> float:
-    """Approximate power of two-sided MW with n per side: a t-test with ``n * ARE`` per side."""
-    n_t = n * MW_PLANNING_EFFICIENCY
+def _mann_whitney_power(n: int, sigma_log: float, delta_log: float, alpha: float,
+                        efficiency: float = MW_PLANNING_EFFICIENCY) -> float:
+    """Approximate power of two-sided MW with n per side: a t-test with ``n * ARE`` per side
+    (``efficiency`` 1: the t-test on logs itself)."""
+    n_t = n * efficiency
     df = 2.0 * n_t - 2.0
     if df <= 0:
         return 0.0
@@ -60,8 +67,12 @@ def trials_needed(
     relative_effect: float,
     alpha: float = 0.05,
     power: float = 0.8,
+    test: TrialTest = "mann-whitney",
 ) -> TrialPlan:
-    """Trials per variant for Mann-Whitney to detect a relative change with the given power.
+    """Trials per variant for Mann-Whitney to detect a relative change with the given power
+    (``test="welch-log"``: for the t-test on per-trial logarithms, efficiency 1 and at least 2
+    trials per side; a pooled-variance t power, which Welch matches at equal trial counts and
+    similar spreads).
 
     ``trial_to_trial_cv`` is the coefficient of variation (sd/mean) of the per-trial statistic
     (from a pilot), ``relative_effect`` the change to detect (0.1 = 10%). Works on the log
@@ -80,27 +91,32 @@ def trials_needed(
     if not (relative_effect > -1.0) or math.isinf(relative_effect):
         raise ValueError(f"relative_effect must be > -1, got {relative_effect!r}")
     warnings: tuple[str, ...] = ()
-    n_min = _min_trials_for_alpha(alpha)
+    welch = test == "welch-log"
+    n_min = 2 if welch else _min_trials_for_alpha(alpha)
+    efficiency = 1.0 if welch else MW_PLANNING_EFFICIENCY
     if n_min > MAX_TRIALS_PER_VARIANT:
         return TrialPlan(None, trial_to_trial_cv, relative_effect, alpha, power,
                          (f"alpha={alpha:g} needs more than {MAX_TRIALS_PER_VARIANT} trials per "
-                          "variant",))
+                          "variant",), test)
     delta_log = abs(math.log1p(relative_effect))
     sigma_log = math.sqrt(math.log1p(trial_to_trial_cv**2))
     if delta_log == 0.0:
         return TrialPlan(None, trial_to_trial_cv, relative_effect, alpha, power,
-                         ("a relative effect of 0 cannot be detected with any number of trials",))
+                         ("a relative effect of 0 cannot be detected with any number of trials",),
+                         test)
     if sigma_log == 0.0:
         warnings += ("trial-to-trial CV of 0: the minimum trial count suffices; check the pilot",)
-        return TrialPlan(n_min, trial_to_trial_cv, relative_effect, alpha, power, warnings)
+        return TrialPlan(n_min, trial_to_trial_cv, relative_effect, alpha, power, warnings,
+                         test)
     for n in range(n_min, MAX_TRIALS_PER_VARIANT + 1):
-        if _mann_whitney_power(n, sigma_log, delta_log, alpha) >= power:
-            return TrialPlan(n, trial_to_trial_cv, relative_effect, alpha, power, warnings)
+        if _mann_whitney_power(n, sigma_log, delta_log, alpha, efficiency) >= power:
+            return TrialPlan(n, trial_to_trial_cv, relative_effect, alpha, power, warnings,
+                             test)
     return TrialPlan(None, trial_to_trial_cv, relative_effect, alpha, power,
                      (f"detecting a {relative_effect:.0%} change with trial-to-trial CV "
                       f"{trial_to_trial_cv:.0%} needs more than {MAX_TRIALS_PER_VARIANT} trials "
                       "per variant; reduce the trial-to-trial variation or target a larger "
-                      "effect",))
+                      "effect",), test)
 
 
 def trials_for_gate(

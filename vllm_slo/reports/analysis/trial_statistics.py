@@ -1,7 +1,8 @@
 """Statistics across trials: the trial (one full run on a fresh server) is the unit of
-comparison. Mann-Whitney U on per-trial statistics with Hodges-Lehmann effects and Holm's
-correction, and the non-inferiority gate. Pure functions over 1-D arrays returning small
-frozen results with warnings (docs/statistics.md); planning how many trials: `trial_planning`.
+comparison. Welch t on per-trial logarithms (ratio of geometric means) or Mann-Whitney U with
+Hodges-Lehmann effects, Holm's correction, and the non-inferiority gate. Pure functions over
+1-D arrays returning small frozen results with warnings (docs/statistics.md); planning how many
+trials: `trial_planning`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 from scipy import stats
@@ -20,6 +22,10 @@ from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 #: Exact Mann-Whitney null distributions are computed up to this many trials per side; beyond,
 #: the normal approximation is used (trial counts that large are rare and it is then accurate).
 _EXACT_MW_MAX_PER_SIDE: int = 100
+
+#: The per-trial tests: Welch t on logarithms, or Mann-Whitney U (scenario ``compare.test``).
+TrialTest = Literal["welch-log", "mann-whitney"]
+TRIAL_TESTS: tuple[TrialTest, ...] = ("welch-log", "mann-whitney")
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
@@ -33,6 +39,12 @@ class Comparison:
     ``shift_range``/``ratio_range`` give the widest interval the trials allow instead (all
     pairwise differences/ratios, at level 1 - minimum possible p), descriptive only.
     ``values_a``/``values_b`` are the per-trial values compared (NaNs dropped).
+
+    ``test``: "mann-whitney" (Mann-Whitney U; Hodges-Lehmann shift and ratio; centers are
+    medians) or "welch-log" (Welch t on per-trial logarithms; ``ratio`` is the ratio of
+    geometric means with its Welch interval, ``shift`` the difference of geometric means with
+    the ratio's interval mapped onto the baseline's geometric mean, ``gm_a * (ratio - 1)``;
+    centers are geometric means; ``testable`` when both sides have >= 2 trials).
     """
 
     n_a: int
@@ -54,6 +66,7 @@ class Comparison:
     shift_range: Estimate | None = None
     ratio_range: Estimate | None = None
     interval_agrees: bool = True  # False only with ties (the warning says so)
+    test: TrialTest = "mann-whitney"
 
     @property
     def interval_confidence(self) -> float:
@@ -259,6 +272,8 @@ def _with_intervals(comparison: Comparison) -> Comparison:
         return replace(comparison, shift=_hodges_lehmann(xa, xb, 0, confidence, False),
                        ratio=_hodges_lehmann(xa, xb, 0, confidence, True), testable=False,
                        shift_range=None, ratio_range=None, interval_agrees=True)
+    if comparison.test == "welch-log":
+        return _with_welch_intervals(comparison, xa, xb)
     k = _rank_for_test(n_a, n_b, alpha, factor)
     shift = _hodges_lehmann(xa, xb, k, confidence, False)
     ratio = _hodges_lehmann(xa, xb, k, confidence, True)
@@ -286,18 +301,51 @@ def _with_intervals(comparison: Comparison) -> Comparison:
 _DISAGREE_PREFIX = "interval and p-value disagree"
 
 
+def _with_welch_intervals(comparison: Comparison, xa: np.ndarray, xb: np.ndarray) -> Comparison:
+    """The welch-log path of ``_with_intervals`` (positive values, >= 1 a side): the ratio of
+    geometric means with its Welch interval at the comparison's level, the shift mapped onto
+    the baseline's geometric mean; testable with >= 2 trials a side."""
+    confidence = comparison.interval_confidence
+    ratio = welch_log_ratio(xb, xa, confidence)
+    geometric_a = math.exp(float(np.log(xa).mean()))
+
+    def mapped(r: float | None) -> float | None:
+        return None if r is None else geometric_a * (r - 1.0)
+
+    n = xa.size + xb.size
+    shift = Estimate(mapped(ratio.value), mapped(ratio.ci_low), mapped(ratio.ci_high),
+                     confidence, n, float(n), "welch-log-shift", ratio.warnings)
+    testable = comparison.p_value is not None and xa.size >= 2 and xb.size >= 2
+    agrees = not testable or _excludes(ratio, 1.0) == comparison.significant
+    warnings = tuple(w for w in comparison.warnings if not w.startswith(_DISAGREE_PREFIX))
+    if not agrees:  # only at floating-point distance from the level
+        warnings += (f"{_DISAGREE_PREFIX} at the edge of the {_level_text(confidence)} level: "
+                     "the verdict follows the p-value",)
+    return replace(comparison, shift=shift, ratio=ratio, testable=testable, shift_range=None,
+                   ratio_range=None, interval_agrees=agrees, warnings=warnings)
+
+
 def compare_trials(
     a: np.ndarray,
     b: np.ndarray,
     alpha: float = 0.05,
     seed: int = 0,
+    test: TrialTest = "mann-whitney",
 ) -> Comparison:
     """B versus A where each value is one trial's statistic (e.g. the p95 TTFT of a run).
 
-    Two-sided Mann-Whitney U (exact without ties, seeded permutation test with ties), the
-    Hodges-Lehmann shift ``b - a`` and the Hodges-Lehmann ratio on logarithms ``b / a``, both
-    with their distribution-free CIs at level 1 - alpha (dual to the exact test: an interval
-    excludes 0, ratio 1, exactly when ``p < alpha``), and the medians of each side.
+    ``test="welch-log"``: two-sided Welch t on the per-trial logarithms, the ratio of geometric
+    means ``b / a`` with its Welch interval and the difference of geometric means (``Comparison``
+    says how its interval is mapped), at level 1 - alpha (an interval excludes 1 exactly when
+    ``p < alpha``). It needs >= 2 trials a side (fewer: no p, a warning) and positive values: a
+    side with a value <= 0 (an error rate of 0) has no logarithm, and the cell falls back to
+    Mann-Whitney with a warning saying why.
+
+    ``test="mann-whitney"``: two-sided Mann-Whitney U (exact without ties, seeded permutation
+    test with ties), the Hodges-Lehmann shift ``b - a`` and the Hodges-Lehmann ratio on
+    logarithms ``b / a``, both with their distribution-free CIs at level 1 - alpha (dual to the
+    exact test: an interval excludes 0, ratio 1, exactly when ``p < alpha``), and the medians
+    of each side.
     ``p_adjusted`` equals ``p_value`` until ``with_holm`` adjusts a family (and the intervals
     with it). NaNs are dropped.
     """
@@ -310,6 +358,15 @@ def compare_trials(
     center_b = float(np.median(xb)) if n_b else None
     values_a, values_b = tuple(float(v) for v in xa), tuple(float(v) for v in xb)
     placeholder = Estimate(None, None, None, 1.0 - alpha, 0, 0.0, "hodges-lehmann")
+    if test not in TRIAL_TESTS:
+        raise ValueError(f"test must be one of {', '.join(TRIAL_TESTS)}, got {test!r}")
+    if test == "welch-log" and n_a and n_b:
+        if (xa <= 0).any() or (xb <= 0).any():
+            warnings += ("welch-log needs positive per-trial values (a value <= 0, e.g. an "
+                         "error rate of 0, has no logarithm): this cell uses the rank test "
+                         "(Mann-Whitney)",)
+        else:
+            return _compare_welch(xa, xb, alpha, warnings)
     if n_a == 0 or n_b == 0:
         warnings += (f"nothing to compare ({n_a} vs {n_b} trials)",)
         return _with_intervals(Comparison(n_a, n_b, center_a, center_b, None, None, placeholder,
@@ -326,6 +383,26 @@ def compare_trials(
     return _with_intervals(Comparison(n_a, n_b, center_a, center_b, p_value, p_value,
                                       placeholder, placeholder, significant, alpha, warnings,
                                       values_a=values_a, values_b=values_b))
+
+
+def _compare_welch(xa: np.ndarray, xb: np.ndarray, alpha: float, warnings: tuple[str, ...]
+                   ) -> Comparison:
+    """``compare_trials``' welch-log path (positive values, >= 1 a side)."""
+    n_a, n_b = xa.size, xb.size
+    center_a = math.exp(float(np.log(xa).mean()))
+    center_b = math.exp(float(np.log(xb).mean()))
+    placeholder = Estimate(None, None, None, 1.0 - alpha, 0, 0.0, "welch-log-ratio")
+    p_value: float | None = None
+    if n_a < 2 or n_b < 2:
+        warnings += (f"welch-log needs >= 2 trials per side to test a change (have {n_a} vs "
+                     f"{n_b}): no p-value",)
+    else:
+        p_value = welch_log_p(xb, xa)
+    significant = p_value is not None and bool(below_alpha(p_value, alpha))
+    return _with_intervals(Comparison(
+        n_a, n_b, center_a, center_b, p_value, p_value, placeholder, placeholder, significant,
+        alpha, warnings, values_a=tuple(float(v) for v in xa),
+        values_b=tuple(float(v) for v in xb), test="welch-log"))
 
 
 def _holm_order(p_values: Sequence[float | None]) -> tuple[list[tuple[float, int]], int]:
@@ -378,8 +455,9 @@ def with_holm(comparisons: Sequence[Comparison]) -> tuple[Comparison, ...]:
     """Copies with ``p_adjusted``/``significant`` from Holm over the whole family, and the
     intervals at the level that agrees with that verdict (``holm_interval_factors``).
 
-    Adds a warning to comparisons whose trial counts cannot be significant after the
-    correction at all (smallest possible adjusted p is ``m * min_p``).
+    Adds a warning to rank-test comparisons whose trial counts cannot be significant after the
+    correction at all (smallest possible adjusted p is ``m * min_p``); a family may mix
+    welch-log cells with cells that fell back to the rank test.
     """
     alphas = {c.alpha for c in comparisons}
     if len(alphas) > 1:
@@ -391,7 +469,7 @@ def with_holm(comparisons: Sequence[Comparison]) -> tuple[Comparison, ...]:
     result = []
     for comparison, p_adj, factor in zip(comparisons, adjusted, factors, strict=True):
         warnings = tuple(w for w in comparison.warnings if not w.startswith(_HOLM_WARNING_PREFIX))
-        if p_adj is not None and m > 1:
+        if p_adj is not None and m > 1 and comparison.test == "mann-whitney":
             best = smallest_adjusted_p(comparison.n_a, comparison.n_b, m)
             if not below_alpha(best, comparison.alpha):
                 warnings += (f"{_HOLM_WARNING_PREFIX}{m} comparisons, "
@@ -405,21 +483,54 @@ def with_holm(comparisons: Sequence[Comparison]) -> tuple[Comparison, ...]:
     return tuple(result)
 
 
-def _welch_log_ratio(candidate: np.ndarray, baseline: np.ndarray, confidence: float) -> Estimate:
-    """Ratio of geometric means with a Welch t interval on the logarithms."""
-    n = candidate.size + baseline.size
+def _welch_log_parts(candidate: np.ndarray, baseline: np.ndarray
+                     ) -> tuple[float, float, float]:
+    """Welch on logarithms (>= 2 positive values a side): the difference of the log means
+    (candidate - baseline), its standard error and the Welch-Satterthwaite degrees of freedom
+    (NaN when the standard error is 0)."""
     log_c, log_b = np.log(candidate), np.log(baseline)
     difference = float(log_c.mean() - log_b.mean())
     var_c = float(log_c.var(ddof=1)) / log_c.size
     var_b = float(log_b.var(ddof=1)) / log_b.size
     se = math.sqrt(var_c + var_b)
+    if se == 0.0:
+        return difference, 0.0, math.nan
+    df = (var_c + var_b) ** 2 / (var_c**2 / (log_c.size - 1) + var_b**2 / (log_b.size - 1))
+    return difference, se, df
+
+
+def welch_log_p(candidate: np.ndarray, baseline: np.ndarray) -> float:
+    """Two-sided Welch t p-value on the logarithms of positive per-trial values (>= 2 a side):
+    ``scipy.stats.ttest_ind(log(candidate), log(baseline), equal_var=False)``. No variation on
+    either side: 0 when the means differ, 1 when they do not (as ``sequential.welch_log_tests``)."""
+    difference, se, df = _welch_log_parts(candidate, baseline)
+    if se == 0.0:
+        return 1.0 if difference == 0.0 else 0.0
+    return float(min(1.0, 2.0 * stats.t.sf(abs(difference) / se, df)))
+
+
+def welch_log_ratio(candidate: np.ndarray, baseline: np.ndarray, confidence: float
+                    ) -> Estimate:
+    """Ratio of geometric means candidate/baseline with a Welch t interval on the logarithms at
+    ``confidence``: the one scalar implementation the comparison, the gate and the sequential
+    decisions share (``sequential.welch_log_tests`` is its vectorised twin for simulations).
+    Positive values only (the caller checks); fewer than 2 a side: the value without interval
+    (none at all without trials), with a warning."""
+    n = candidate.size + baseline.size
     method = "welch-log-ratio"
+    if candidate.size == 0 or baseline.size == 0:
+        return Estimate(None, None, None, confidence, n, float(n), method,
+                        (f"nothing to compare ({baseline.size} vs {candidate.size} trials)",))
+    if candidate.size < 2 or baseline.size < 2:
+        value = math.exp(float(np.log(candidate).mean() - np.log(baseline).mean()))
+        return Estimate(value, None, None, confidence, n, float(n), method,
+                        ("an interval needs >= 2 trials per arm",))
+    difference, se, df = _welch_log_parts(candidate, baseline)
     if se == 0.0:
         value = math.exp(difference)
         return Estimate(value, value, value, confidence, n, float(n), method,
                         ("no trial-to-trial variation on either side; interval is a point",))
-    df = (var_c + var_b) ** 2 / (var_c**2 / (log_c.size - 1) + var_b**2 / (log_b.size - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+    half = float(stats.t.isf((1.0 - confidence) / 2.0, df)) * se
     return Estimate(math.exp(difference), math.exp(difference - half), math.exp(difference + half),
                     confidence, n, float(n), method)
 
@@ -463,7 +574,7 @@ def non_inferiority(
                           f"{n_b} baseline): one trial cannot separate a change from "
                           "restart-to-restart variation",))
     else:
-        ratio = _welch_log_ratio(xc, xb, confidence)
+        ratio = welch_log_ratio(xc, xb, confidence)
     bound = 1.0 + margin if lower_is_better else 1.0 - margin
     verdict = Verdict.INCONCLUSIVE
     if ratio.ci_low is not None and ratio.ci_high is not None:

@@ -20,7 +20,7 @@ ESTIMATES_TITLE = ("trial-level estimates (geometric mean of the valid trials, 9
 def plan_line(plan: PlanEntry) -> str:
     return (f"plan: {plan.cell}: trial CV {plan.trial_to_trial_cv:.0%} → "
             f"{format_trials_needed(plan.trials_per_variant)} trials per variant to detect "
-            f"{plan.effect:.0%} (power {plan.power:.0%})")
+            f"{plan.effect:.0%} (power {plan.power:.0%}, {plan.test})")
 
 
 def estimate_line(variant: VariantEntry, cell: str) -> str:
