@@ -167,6 +167,8 @@ def test_experiment_table_and_compare_use_the_scenarios_test(tmp_path: Path) -> 
     assert "Welch t on log per-trial values (ratio of geometric means); Holm over the" in \
         rendered.text
     assert {p["test"] for p in rendered.summary["planning"]} == {"welch-log"}
+    assert ("per-trial statistics; Welch t on log per-trial values (ratio of geometric means), "
+            "Holm-corrected") in (run / "report.html").read_text()
     a = experiment(tmp_path / "a", {"x": 0.05}, trials=3, noise=0.05, seed=1)
     b = experiment(tmp_path / "b", {"x": 0.10}, trials=3, noise=0.05, seed=2)
     default = compare_saved_runs([a, b], ["ttft.p50"], 0.05, tmp_path / "welch")

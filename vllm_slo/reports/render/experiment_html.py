@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from vllm_slo.reports.analysis.comparison import (
     TABLE_LEGEND,
+    TEST_TEXT,
     format_estimate,
     format_level,
     trial_values_text,
@@ -127,6 +128,7 @@ class ExperimentView:
     variants_title: str
     variant_rows: list[VariantRow]
     benchstat: str
+    comparison_test: str  # the test of the compared cells (most of them: see their notes)
     comparison_legend: str
     comparison_rows: list[ComparisonRow]
     comparison_notes: list[str]
@@ -263,6 +265,13 @@ def _headline(summary: ExperimentSummary) -> str:
             f"trial{'s' if summary.trials_per_variant != 1 else ''} · {verdict_counts(slos)}")
 
 
+def _comparison_test(summary: ExperimentSummary) -> str:
+    """The test most compared cells used (`Welch t on log per-trial values (ratio of geometric
+    means)`); a cell that fell back to the rank test says so in its notes."""
+    tests: list[str] = [cell.test for pair in summary.comparisons for cell in pair.cells]
+    return TEST_TEXT[max(TEST_TEXT, key=tests.count) if tests else "mann-whitney"]
+
+
 def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSeries]
                           ) -> ExperimentView:
     """The page as values. `pooled` maps each variant's label to its valid trials' measured
@@ -300,7 +309,8 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
                                  f"{variant.valid_trials} of {len(variant.trials)}",
                                  _args_text(variant.server_args))
                       for variant in summary.variants],
-        benchstat=summary.benchstat, comparison_legend=" ".join(TABLE_LEGEND),
+        benchstat=summary.benchstat, comparison_test=_comparison_test(summary),
+        comparison_legend=" ".join(TABLE_LEGEND),
         comparison_rows=comparison_rows, comparison_notes=comparison_notes,
         estimate_rows=_estimate_rows(summary),
         figures=figures,
