@@ -25,8 +25,12 @@ def server(shared_vllm: VllmServer) -> str:
 
 
 def attach(server: str, scenario: str, tmp_path: Path, *extra: str):
-    result = run_cli(["run", f"scenario={scenario}", f"server.url={server}",
-                      "traffic.duration=10s", "traffic.warmup=2s", *extra], tmp_path)
+    # a key is given once (a repeated override is refused): the test's own values win
+    given = {item.split("=", 1)[0] for item in extra}
+    defaults = [d for d in ("traffic.duration=10s", "traffic.warmup=2s")
+                if d.split("=", 1)[0] not in given]
+    result = run_cli(["run", f"scenario={scenario}", f"server.url={server}", *defaults,
+                      *extra], tmp_path)
     assert result.run_dir is not None, result.output
     return result
 
