@@ -140,6 +140,8 @@ def test_welch_needs_two_trials_a_side() -> None:
     assert any("needs >= 2 trials per side" in w for w in result.warnings)
     [adjusted] = with_holm([result])
     assert adjusted.p_adjusted is None
+    empty = compare_trials(np.array([]), np.array([1.0, 2.0]), test="welch-log")
+    assert empty.test == "welch-log" and empty.p_value is None  # the footer names that test
     with pytest.raises(ValueError, match="test must be one of"):
         compare_trials(np.array([1.0, 2.0]), np.array([1.0, 2.0]), test="t")  # type: ignore[arg-type]
 

@@ -371,7 +371,8 @@ def compare_trials(
         warnings += (f"nothing to compare ({n_a} vs {n_b} trials)",)
         return _with_intervals(Comparison(n_a, n_b, center_a, center_b, None, None, placeholder,
                                           placeholder, False, alpha, warnings,
-                                          values_a=values_a, values_b=values_b))
+                                          values_a=values_a, values_b=values_b,
+                                          test=test))  # the test that would have run
     p_value, note = _mann_whitney_p(xa, xb, seed)
     if note:
         warnings += (note,)
