@@ -173,12 +173,14 @@ def test_compare_two_imported_trials_with_two_others(live_import, committed_impo
     refused = run_cli(["compare", "runs/committed", "runs/live"], workspace / "runs",
                       cwd=workspace)
     assert refused.returncode == 2 and "workload differs" in refused.output, refused.output
-    result = run_cli(["compare", "runs/committed", "runs/live", "--force"], workspace / "runs",
-                     cwd=workspace)
+    result = run_cli(["compare", "runs/committed", "runs/live", "--force", "--test",
+                      "mann-whitney"], workspace / "runs", cwd=workspace)
     assert result.returncode == 0, result.output
     assert "warning: --force: live vs committed: workload differs" in result.output
-    # two trials per side can never be significant: every cell says so, with its interval
+    # with the rank test two trials per side can never be significant: every cell says so,
+    # with its interval (Welch on logs, the default, can test 2+2)
     assert "not testable with 2+2 trials" in result.output, result.output
+    assert "Mann-Whitney U on per-trial values" in result.output
     # both live files ran on one server (one label): within-instance, and said so
     assert "live vs committed: n=2+2 trials, 2+1 instances: within-instance" in result.output
     assert "report: " in result.output
