@@ -298,12 +298,31 @@ def _report_crash(error: BaseException, arguments: Sequence[str], complain: Writ
     return int(ExitCode.INVALID_MEASUREMENT)
 
 
+#: `run`'s flags without a value: argparse ends `key=value ...` at the first flag, so
+#: `run scenario=X --force key=v` would leave `key=v` unrecognised; they are moved up front
+_RUN_SWITCHES = frozenset({"--force"})
+
+
+def _flags_first(arguments: list[str]) -> list[str]:
+    """`run`'s switches anywhere among its `key=value` arguments, moved before them (the
+    global `--runs-dir DIR` may stand before `run`)."""
+    start = 0
+    while start < len(arguments) and arguments[start].startswith("-"):
+        start += 1 if "=" in arguments[start] else 2  # `--runs-dir=D` or `--runs-dir D`
+    if start >= len(arguments) or arguments[start] != "run":
+        return arguments
+    head, rest = arguments[:start + 1], arguments[start + 1:]
+    switches = [a for a in rest if a in _RUN_SWITCHES]
+    return [*head, *switches, *(a for a in rest if a not in _RUN_SWITCHES)]
+
+
 def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
          complain: Writer = _stderr) -> int:
     """Parse, call, print through `say` (errors through `complain`), return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and "=" in arguments[0] and not arguments[0].startswith("-"):
         arguments = ["run", *arguments]  # `vllm-slo scenario=chat` == `vllm-slo run ...`
+    arguments = _flags_first(arguments)
     try:
         options = _parser().parse_args(arguments)
     except SystemExit as exit_:

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from tests.support.synthetic import write_synthetic_experiment
-from vllm_slo import experiment_runner
+from vllm_slo import cli, experiment_runner
 from vllm_slo.cli import main
 from vllm_slo.reports.analysis import sequential
 from vllm_slo.reports.analysis.experiment_design import (
@@ -138,6 +138,26 @@ def test_force_runs_it_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert ("expected server time: 8 server start(s) × 90 s start-up (default for gpu: no "
             "earlier run of h200-eager-ab measured one) + 25 s window(s) each = 15.3 min") in out
     assert started and started[0].parent == runs.resolve() and started[0].is_dir()
+
+
+def test_force_may_stand_between_the_overrides(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run scenario=X --force key=v`: argparse alone ends the overrides at the flag and
+    refuses `key=v`; the switch is moved up front, so every position works the same."""
+    seen: list[tuple[list[str], bool]] = []
+
+    def command_run(arguments: list[str], runs_root: Path, say: object, force: bool = False,
+                    resume: Path | None = None) -> int:
+        seen.append((list(arguments), force))
+        return 0
+
+    monkeypatch.setattr(cli, "command_run", command_run)
+    runs = str(tmp_path / "runs")
+    for argv in (["run", "--force", *RANK_4X4, "trials=5"],
+                 ["run", RANK_4X4[0], "--force", *RANK_4X4[1:], "trials=5"],
+                 ["run", *RANK_4X4, "trials=5", "--force"]):
+        assert main(["--runs-dir", runs, *argv]) == 0
+    assert seen == [([*RANK_4X4, "trials=5"], True)] * 3
 
 
 def test_time_estimate_for_min_and_max_trials() -> None:
