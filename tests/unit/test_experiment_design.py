@@ -407,3 +407,35 @@ def test_a_fixed_count_looks_once_at_its_end(tmp_path: Path,
     assert (summary["stopping"]["reason"], summary["stopping"]["looks"]) == ("max_trials", 1)
     assert summary["comparisons"][0]["cells"][0]["decision"]["decision"] == "changed"
     assert sum(1 for line in said if line.startswith("look ")) == 1
+
+
+def test_junit_and_markdown_judge_an_experiments_cells_by_its_decisions(tmp_path: Path
+                                                                         ) -> None:
+    """junit.xml and summary.md read the design's decision, not the table's last-look p (not
+    valid under optional stopping): a 2x TTFT decided `changed` is a regression failure whose
+    message is the decision, and every other cell's state is its decision word."""
+    import xml.etree.ElementTree as ET
+    run = write_synthetic_experiment(
+        tmp_path / "seq", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05,
+        scenario_patch={"trials": {"min": 3, "max": 6}})
+    (run / STOPPING_FILE).write_text(json.dumps({
+        "reason": "decided", "rounds": 4, "looks": 2, "min_trials": 3, "max_trials": 6,
+        "budget_s": None, "elapsed_s": 120.0, "detail": "every compared cell decided"}))
+    rendered = render_experiment(run)
+    decisions = {c["cell"]: c["decision"]["decision"]
+                 for c in rendered.summary["comparisons"][0]["cells"]}
+    root = ET.parse(run / "junit.xml").getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    ttft = cases["b vs a: ttft.p50"]
+    failure = ttft.find("failure")
+    assert failure is not None and failure.get("type") == "significant regression"
+    assert failure.get("message", "").startswith("regression: changed ×2")
+    for cell, word in decisions.items():
+        state = cases[f"b vs a: {cell}"].find("properties/property[@name='change']")
+        assert state is not None
+        expected = {"changed": ("regression", "improvement")}.get(word, (word,))
+        assert state.get("value") in expected
+        skipped = cases[f"b vs a: {cell}"].find("skipped") is not None
+        assert skipped == (word == "undecided")
+    markdown = (run / "summary.md").read_text()
+    assert re.search(r"\| ttft\.p50 \| changed ×2[^|]*\| \*\*regression\*\* \|", markdown)

@@ -6,18 +6,17 @@ junit.xml, one testsuite:
 - one testcase per variant and SLO across trials (`[variant] ttft p95 < 2s`): PASS passes,
   FAIL is a `<failure type="SLO FAIL">`, INCONCLUSIVE `<skipped>` (as for a run); every SLO
   testcase carries `<error>` when the measurement is invalid;
-- one testcase per compared cell and pair (`b vs a: ttft.p50`): a significant change in the
-  cell's bad direction (slower latency, lower throughput, more errors) is a
-  `<failure type="significant regression">`; a cell these trial counts can never decide
-  (`not testable`) is `<skipped>`; no significant change, or an improvement, passes. The
-  message is the benchstat cell (`+45.2% [+20.1%, +80.3%] (98.3% CI, p=0.024 n=5+5)`), with the
-  instances each side ran on and the Holm family.
+- one testcase per compared cell and pair (`b vs a: ttft.p50`): an experiment's cell is
+  judged by its design's decision (`changed` in the cell's bad direction — slower latency,
+  lower throughput, more errors — is a `<failure type="significant regression">`; `undecided`
+  is `<skipped>`; `equivalent` or an improvement passes), with the decision's text as the
+  message; a comparison of saved runs (no decision) by the benchstat cell's Holm verdict the same
+  way, `not testable` `<skipped>` (`+45.2% [+20.1%, +80.3%] (98.3% CI, p=0.024 n=5+5)`); the
+  details name the instances each side ran on and the Holm family.
 The experiment's text goes into `<system-out>`.
 """
 
 from __future__ import annotations
-
-import xml.etree.ElementTree as ET
 
 from vllm_slo.reports.analysis.experiment_summary import (
     CellComparisonEntry,
@@ -26,7 +25,7 @@ from vllm_slo.reports.analysis.experiment_summary import (
 )
 from vllm_slo.reports.analysis.summary import SloEntry
 from vllm_slo.reports.redaction import redact_text
-from vllm_slo.reports.render.junit import _clean, _sub
+from vllm_slo.reports.render.junit import JunitSuite, _sub
 from vllm_slo.reports.render.markdown import cell as md_cell
 from vllm_slo.reports.render.markdown import escape
 from vllm_slo.reports.render.text import (
@@ -52,9 +51,23 @@ def _outcome(summary: ExperimentSummary) -> str:
     return outcome(summary.exit_code, len(_slos(summary)))
 
 
+#: cell states that JUnit shows as skipped: nothing decided (yet) about the cell
+SKIPPED_STATES = ("not testable", "undecided", "n/a")
+
+
 def cell_state(entry: CellComparisonEntry) -> str:
-    """regression | improvement | no change | not testable | n/a, from the Holm verdict and
-    the direction of the change (ratio candidate/baseline; the shift where no ratio exists)."""
+    """regression | improvement | equivalent | no change | undecided | not testable | n/a.
+
+    An experiment's cell with a decision (analysis.sequential, the design's own test and its
+    error control over the looks) is judged by it: changed in the cell's bad direction is a
+    regression, equivalent within ±compare.effect, undecided. Otherwise (a comparison of
+    saved runs, an older folder) by the benchstat cell's Holm verdict and the direction of the
+    change (ratio candidate/baseline; the shift where no ratio exists)."""
+    if entry.decision is not None:
+        if entry.decision.decision != "changed":
+            return entry.decision.decision
+        ratio = entry.decision.ratio.value
+        return _direction(entry.cell, 0.0 if ratio is None else ratio - 1.0)
     if entry.p_adjusted is None:
         return "n/a"
     if not entry.testable:
@@ -63,8 +76,17 @@ def cell_state(entry: CellComparisonEntry) -> str:
         return "no change"
     change = (entry.ratio.value - 1.0 if entry.ratio.value is not None
               else entry.shift.value if entry.shift.value is not None else 0.0)
-    worse = change > 0 if lower_is_better(entry.cell) else change < 0
+    return _direction(entry.cell, change)
+
+
+def _direction(cell: str, change: float) -> str:
+    worse = change > 0 if lower_is_better(cell) else change < 0
     return "regression" if worse else "improvement"
+
+
+def cell_text(entry: CellComparisonEntry) -> str:
+    """The decision's text where the design decided the cell, else the benchstat cell."""
+    return entry.decision.text if entry.decision is not None else entry.display
 
 
 def _pair_note(comparison: ComparisonEntry) -> str:
@@ -75,63 +97,27 @@ def _pair_note(comparison: ComparisonEntry) -> str:
 
 
 def render_experiment_junit(summary: ExperimentSummary, text: str) -> str:
-    suite_name = f"vllm-slo.{summary.run_id}"
+    junit = JunitSuite(f"vllm-slo.{summary.run_id}", {
+        "run_id": summary.run_id, "kind": summary.kind, "outcome": _outcome(summary),
+        "exit_code": str(summary.exit_code),
+        "variants": ", ".join(v.label for v in summary.variants)})
     invalid = list(summary.invalid_reasons)
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    root = ET.Element("testsuites", {"name": "vllm-slo"})
-    suite = ET.SubElement(root, "testsuite", {"name": _clean(suite_name)})
-    properties = ET.SubElement(suite, "properties")
-    for name, value in (("run_id", summary.run_id), ("kind", summary.kind),
-                        ("outcome", _outcome(summary)), ("exit_code", str(summary.exit_code)),
-                        ("variants", ", ".join(v.label for v in summary.variants))):
-        _sub(properties, "property", name=name, value=value)
-    validity = _sub(suite, "testcase", classname=suite_name, name="measurement is valid",
-                    time="0")
-    counts["tests"] += 1
-    if invalid:
-        _sub(validity, "error", "\n".join(invalid), message="; ".join(invalid),
-             type="invalid measurement")
-        counts["errors"] += 1
+    junit.validity_case(invalid)
     for label, slo in _slos(summary):
-        case = _sub(suite, "testcase", classname=suite_name, name=f"[{label}] {slo_label(slo)}",
-                    time="0")
-        counts["tests"] += 1
-        comparison = (f"observed {format_observed(slo)} vs threshold {format_threshold(slo)} "
-                      f"({slo.scope.value})")
-        details = "\n".join([slo.basis, slo.scope.note, *slo.observed.warnings])
-        verdict = slo.verdict.value
-        if invalid:
-            _sub(case, "error", details, message=f"measurement invalid, verdict {verdict} not "
-                 f"trusted: {comparison}", type="invalid measurement")
-            counts["errors"] += 1
-        elif verdict == "FAIL":
-            _sub(case, "failure", details, message=comparison, type="SLO FAIL")
-            counts["failures"] += 1
-        elif verdict == "INCONCLUSIVE":
-            _sub(case, "skipped", details, message=f"INCONCLUSIVE: {comparison}")
-            counts["skipped"] += 1
+        junit.slo_case(f"[{label}] {slo_label(slo)}", slo, bool(invalid))
     for pair in summary.comparisons:
         note = _pair_note(pair)
         for entry in pair.cells:
-            case = _sub(suite, "testcase", classname=suite_name,
-                        name=f"{entry.candidate} vs {entry.baseline}: {entry.cell}", time="0")
-            counts["tests"] += 1
+            case = junit.case(f"{entry.candidate} vs {entry.baseline}: {entry.cell}")
             state = cell_state(entry)
-            message = f"{state}: {entry.display}"
+            message = f"{state}: {cell_text(entry)}"
             details = "\n".join([note, *entry.warnings])
             _sub(_sub(case, "properties"), "property", name="change", value=state)
             if state == "regression":
-                _sub(case, "failure", details, message=message, type=REGRESSION)
-                counts["failures"] += 1
-            elif state in ("not testable", "n/a"):
-                _sub(case, "skipped", details, message=message)
-                counts["skipped"] += 1
-    _sub(suite, "system-out", text)
-    for element in (root, suite):
-        for key, count in counts.items():
-            element.set(key, str(count))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+                junit.mark(case, "failure", details, message=message, type=REGRESSION)
+            elif state in SKIPPED_STATES:
+                junit.mark(case, "skipped", details, message=message)
+    return junit.document(text)
 
 
 def _row(cells: list[str]) -> str:
@@ -167,7 +153,7 @@ def render_experiment_markdown(summary: ExperimentSummary) -> str:
             for entry in pair.cells:
                 state = cell_state(entry)
                 lines.append(_row([escape(f"{entry.candidate} vs {entry.baseline}"),
-                                   md_cell(entry.cell), md_cell(entry.display),
+                                   md_cell(entry.cell), md_cell(cell_text(entry)),
                                    f"**{state}**" if state == "regression" else state]))
         lines.append("")
         lines += [f"- {escape(f'{p.candidate} vs {p.baseline}: {_pair_note(p)}')}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from vllm_slo.reports.analysis.summary import RunSummaryDocument
+from vllm_slo.reports.analysis.summary import RunSummaryDocument, SloEntry
 from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.text import (
     format_observed,
@@ -41,55 +41,78 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attributes: st
     return element
 
 
-def render_junit(summary: RunSummaryDocument) -> str:
-    suite_name = f"vllm-slo.{summary.scenario_name}"
-    invalid = list(summary.invalid_reasons)
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    root = ET.Element("testsuites", {"name": "vllm-slo"})
-    suite = ET.SubElement(root, "testsuite", {"name": _clean(suite_name)})
-    properties = ET.SubElement(suite, "properties")
-    provenance = summary.provenance  # redacted when the document was built
-    facts = {"run_id": summary.run_id, "outcome": outcome(summary.exit_code, len(summary.slos)),
-             "exit_code": str(summary.exit_code),
-             **{key: str(provenance[key]) for key in ("vllm_version", "model_id", "platform",
-                                                      "suite_git_commit", "seed")
-                if provenance.get(key) is not None}}
-    for name, value in facts.items():
-        _sub(properties, "property", name=name, value=value)
+class JunitSuite:
+    """One `<testsuite>` under `<testsuites name="vllm-slo">`, counting its testcases; the
+    run's and the experiment's junit.xml share it (the validity case, SLO cases, the totals)."""
 
-    validity = _sub(suite, "testcase", classname=suite_name, name="measurement is valid",
-                    time="0")
-    counts["tests"] += 1
-    if invalid:
-        _sub(validity, "error", "\n".join(invalid), message="; ".join(invalid),
-             type="invalid measurement")
-        counts["errors"] += 1
-    for slo in summary.slos:
-        case = _sub(suite, "testcase", classname=suite_name, name=slo_label(slo), time="0")
-        counts["tests"] += 1
+    def __init__(self, suite_name: str, properties: dict[str, str]) -> None:
+        self.name = suite_name
+        self.counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        self.root = ET.Element("testsuites", {"name": "vllm-slo"})
+        self.suite = ET.SubElement(self.root, "testsuite", {"name": _clean(suite_name)})
+        listed = ET.SubElement(self.suite, "properties")
+        for name, value in properties.items():
+            _sub(listed, "property", name=name, value=value)
+
+    def case(self, name: str) -> ET.Element:
+        self.counts["tests"] += 1
+        return _sub(self.suite, "testcase", classname=self.name, name=name, time="0")
+
+    def mark(self, case: ET.Element, kind: str, details: str, **attributes: str) -> None:
+        """`failure`, `error` or `skipped` on a testcase, counted."""
+        _sub(case, kind, details, **attributes)
+        self.counts["failures" if kind == "failure" else
+                    "errors" if kind == "error" else "skipped"] += 1
+
+    def validity_case(self, invalid: list[str]) -> None:
+        case = self.case("measurement is valid")
+        if invalid:
+            self.mark(case, "error", "\n".join(invalid), message="; ".join(invalid),
+                      type="invalid measurement")
+
+    def slo_case(self, name: str, slo: SloEntry, invalid: bool) -> None:
+        """PASS passes, FAIL a `<failure>`, INCONCLUSIVE `<skipped>`; `<error>` for every
+        verdict of an invalid measurement."""
+        case = self.case(name)
         comparison = (f"observed {format_observed(slo)} vs threshold {format_threshold(slo)} "
                       f"({slo.scope.value})")
         _sub(_sub(case, "properties"), "property", name="verdict_scope", value=slo.scope.value)
         details = "\n".join([slo.basis, slo.scope.note, *slo.observed.warnings])
         verdict = slo.verdict.value
         if invalid:
-            _sub(case, "error", details,
-                 message=f"measurement invalid, verdict {verdict} not trusted: "
-                         f"{comparison}", type="invalid measurement")
-            counts["errors"] += 1
+            self.mark(case, "error", details, message=f"measurement invalid, verdict {verdict} "
+                      f"not trusted: {comparison}", type="invalid measurement")
         elif verdict == "FAIL":
-            _sub(case, "failure", details, message=comparison, type="SLO FAIL")
-            counts["failures"] += 1
+            self.mark(case, "failure", details, message=comparison, type="SLO FAIL")
         elif verdict == "INCONCLUSIVE":
-            _sub(case, "skipped", details, message=f"INCONCLUSIVE: {comparison}")
-            counts["skipped"] += 1
-    _sub(suite, "system-out", render_table(summary))
+            self.mark(case, "skipped", details, message=f"INCONCLUSIVE: {comparison}")
+
+    def document(self, system_out: str, time_s: float | None = None,
+                 timestamp: str | None = None) -> str:
+        _sub(self.suite, "system-out", system_out)
+        for element in (self.root, self.suite):
+            for key, count in self.counts.items():
+                element.set(key, str(count))
+            if time_s is not None:
+                element.set("time", f"{time_s:.3f}")
+        if timestamp is not None:
+            self.suite.set("timestamp", _clean(timestamp))
+        ET.indent(self.root)
+        return ET.tostring(self.root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def render_junit(summary: RunSummaryDocument) -> str:
+    provenance = summary.provenance  # redacted when the document was built
+    facts = {"run_id": summary.run_id, "outcome": outcome(summary.exit_code, len(summary.slos)),
+             "exit_code": str(summary.exit_code),
+             **{key: str(provenance[key]) for key in ("vllm_version", "model_id", "platform",
+                                                      "suite_git_commit", "seed")
+                if provenance.get(key) is not None}}
+    junit = JunitSuite(f"vllm-slo.{summary.scenario_name}", facts)
+    invalid = list(summary.invalid_reasons)
+    junit.validity_case(invalid)
+    for slo in summary.slos:
+        junit.slo_case(slo_label(slo), slo, bool(invalid))
     timestamp = provenance.get("started_utc")
-    for element in (root, suite):
-        for key, count in counts.items():
-            element.set(key, str(count))
-        element.set("time", f"{summary.window_s:.3f}")
-    if isinstance(timestamp, str):
-        suite.set("timestamp", _clean(timestamp))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return junit.document(render_table(summary), summary.window_s,
+                          timestamp if isinstance(timestamp, str) else None)
