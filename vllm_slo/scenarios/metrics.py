@@ -27,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from vllm_slo.scenarios.registry import Registry
 from vllm_slo.scenarios.units import format_duration_s
 
 
@@ -149,7 +150,8 @@ class Metric:
         return f"{self.name}.{'p50' if self.kind is MetricKind.LATENCY else self.statistics}"
 
 
-_REGISTERED: dict[str, Metric] = {metric.name: metric for metric in (
+_METRICS: Registry[Metric] = Registry("metric")
+for _metric in (
     Metric("ttft", MetricKind.LATENCY, "Time to first token", "", True,
            lambda run: run.ttft_s, "", "request"),
     Metric("itl", MetricKind.LATENCY, "Inter-token latency", "", True,
@@ -163,10 +165,11 @@ _REGISTERED: dict[str, Metric] = {metric.name: metric for metric in (
            lambda run: run.output_tokens_per_bin, "output_tokens_per_s", "1-s bin"),
     Metric("request_throughput", MetricKind.RATE, "Request throughput", "req/s", False,
            lambda run: run.completions_per_bin, "requests_per_s", "1-s bin"),
-)}
-BUILT_IN_METRICS = tuple(_REGISTERED)
+):
+    _METRICS.add(_metric.name, _metric, built_in=True)
+BUILT_IN_METRICS = _METRICS.built_in
 # every registered metric (a read-only view: register_metric adds to it)
-METRICS: MappingProxyType[str, Metric] = MappingProxyType(_REGISTERED)
+METRICS: MappingProxyType[str, Metric] = _METRICS.view
 LATENCY_METRICS = tuple(name for name, m in METRICS.items() if m.kind is MetricKind.LATENCY)
 RATE_METRICS = tuple(name for name, m in METRICS.items() if m.kind is MetricKind.RATE)
 # the latencies of whole requests: a request meets or misses each (vLLM bench's goodput set)
@@ -187,8 +190,6 @@ def register_metric(metric: Metric) -> Metric:
     if not _METRIC_NAME.match(metric.name) or metric.name in _RESERVED_KEYS:
         raise ValueError(f"a metric's name is lower_snake_case and not "
                          f"{', '.join(_RESERVED_KEYS)}, got {metric.name!r}")
-    if metric.name in _REGISTERED:
-        raise ValueError(f"metric {metric.name!r} is already registered")
     if metric.kind is not MetricKind.RATE:
         raise ValueError(f"register_metric adds rate metrics; {metric.name!r} is "
                          f"{metric.kind.value} (a built-in entry of metrics.py)")
@@ -196,15 +197,12 @@ def register_metric(metric: Metric) -> Metric:
         raise ValueError(f"rate metric {metric.name!r} needs its samples (per 1-s bin), a "
                          "unit such as 'req/s', and no summary_field (RunSummary holds the "
                          "built-in rates only)")
-    _REGISTERED[metric.name] = metric
-    return metric
+    return _METRICS.add(metric.name, metric)
 
 
 def unregister_metric(name: str) -> None:
     """Removes a metric added by `register_metric` (tests that register one clean up)."""
-    if name in BUILT_IN_METRICS:
-        raise ValueError(f"{name!r} is a built-in metric")
-    _REGISTERED.pop(name, None)
+    _METRICS.remove(name)
 
 
 def metric_named(name: str) -> Metric:

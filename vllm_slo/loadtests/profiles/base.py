@@ -16,6 +16,7 @@ from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS
+from vllm_slo.scenarios.registry import Registry
 
 Conversations = Callable[[int], list[Candidate]]  # conversation c -> its turns
 # (traffic, seed, counter, max_model_len, overlong policy, n_requests, tally) -> the requests
@@ -39,10 +40,9 @@ class Profile:
     turns: Callable[[TrafficSpec], int] = lambda traffic: 1
 
 
-_REGISTERED: dict[str, Profile] = {}
-_BUILT_IN: list[str] = []
+_GENERATORS: Registry[Profile] = Registry("traffic profile generator")
 # every registered profile's generator, by name (a read-only view)
-PROFILES: MappingProxyType[str, Profile] = MappingProxyType(_REGISTERED)
+PROFILES: MappingProxyType[str, Profile] = _GENERATORS.view
 
 
 def register_profile(profile: Profile, *, built_in: bool = False) -> Profile:
@@ -55,18 +55,11 @@ def register_profile(profile: Profile, *, built_in: bool = False) -> Profile:
     if spec.mixable != (profile.conversations is not None):
         raise ValueError(f"traffic profile {profile.name!r}: a mixable spec needs "
                          "conversations, and only a mixable one has them")
-    if profile.name in _REGISTERED:
-        raise ValueError(f"traffic profile {profile.name!r} already has a generator")
     if not profile.fastest_request_s > 0:
         raise ValueError(f"traffic profile {profile.name!r}: fastest_request_s must be > 0")
-    _REGISTERED[profile.name] = profile
-    if built_in:
-        _BUILT_IN.append(profile.name)
-    return profile
+    return _GENERATORS.add(profile.name, profile, built_in=built_in)
 
 
 def unregister_profile(name: str) -> None:
     """Removes a generator added by `register_profile` (tests that add one clean up)."""
-    if name in _BUILT_IN:
-        raise ValueError(f"{name!r} is a built-in traffic profile")
-    _REGISTERED.pop(name, None)
+    _GENERATORS.remove(name)

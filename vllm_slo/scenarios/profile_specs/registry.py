@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from vllm_slo.scenarios.model_base import Frozen
+from vllm_slo.scenarios.registry import Registry
 
 _PROFILE_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 # keys of `traffic` a settings section must not take (the model's own fields are checked too)
@@ -25,10 +26,9 @@ class ProfileSpec:
     mixable: bool = False  # a mix may draw whole conversations from it (it has conversations)
 
 
-_REGISTERED: dict[str, ProfileSpec] = {}
-_BUILT_IN: list[str] = []
+_SPECS: Registry[ProfileSpec] = Registry("traffic profile")
 # every registered profile, in registration order (a read-only view)
-PROFILE_SPECS: MappingProxyType[str, ProfileSpec] = MappingProxyType(_REGISTERED)
+PROFILE_SPECS: MappingProxyType[str, ProfileSpec] = _SPECS.view
 
 
 def register_profile_spec(spec: ProfileSpec, *, built_in: bool = False) -> ProfileSpec:
@@ -38,24 +38,17 @@ def register_profile_spec(spec: ProfileSpec, *, built_in: bool = False) -> Profi
     if spec.settings is not None and spec.name in _RESERVED:
         raise ValueError(f"traffic.{spec.name} is taken: a profile with settings is not named "
                          f"{', '.join(_RESERVED)}")
-    if spec.name in _REGISTERED:
-        raise ValueError(f"traffic profile {spec.name!r} is already registered")
-    _REGISTERED[spec.name] = spec
-    if built_in:
-        _BUILT_IN.append(spec.name)
-    return spec
+    return _SPECS.add(spec.name, spec, built_in=built_in)
 
 
 def unregister_profile_spec(name: str) -> None:
     """Removes a profile added by `register_profile_spec` (tests that add one clean up)."""
-    if name in _BUILT_IN:
-        raise ValueError(f"{name!r} is a built-in traffic profile")
-    _REGISTERED.pop(name, None)
+    _SPECS.remove(name)
 
 
 def mixable_profiles() -> tuple[str, ...]:
     """The profiles a `mix` can draw conversations from."""
-    return tuple(name for name, spec in _REGISTERED.items() if spec.mixable)
+    return tuple(name for name, spec in PROFILE_SPECS.items() if spec.mixable)
 
 
 def one_of(names: tuple[str, ...] | list[str]) -> str:
