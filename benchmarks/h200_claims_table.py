@@ -1,0 +1,122 @@
+"""The H200 claims table (issue 26): each claim's experiment folder decided by its design.
+
+    python benchmarks/h200_claims_table.py [docs/results/h200/claims.sources.json]
+
+The sources file lists the claims: the guide's statement, the experiment folder (its
+scenario.yaml and trials/*/summary.json, committed; no raw samples), the model and its
+parameter count, the GPU minutes it cost. For each claim this reads every trial's value of each
+compared cell from its summary.json (a trial that was invalid counts as missing, as in the
+experiment's own looks), builds the scenario's design (`trials`, `compare.cells`, alpha,
+effect, test: `experiment_design.sequential_design`) and decides each cell with
+`sequential.decide_cells` at the trials run per arm. It writes claims.json and claims.md (the
+table docs/results/h200/README.md shows) beside the sources file and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from vllm_slo.reports.analysis.comparison import format_ratio
+from vllm_slo.reports.analysis.experiment_design import sequential_design
+from vllm_slo.reports.analysis.sequential import decide_cells
+from vllm_slo.reports.trial_folders import read_scenario, trial_folders
+from vllm_slo.scenarios.metrics import MetricKind, parse_cell
+from vllm_slo.scenarios.run_files import SUMMARY_FILE
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
+
+
+def summary_cell_value(document: dict[str, Any], cell: str) -> float:
+    """One compared cell's value in a run's summary.json (NaN where the run has none)."""
+    parsed = parse_cell(cell)
+    if parsed.part is not None:
+        raise ValueError(f"{cell}: part cells need the run's samples, not its summary")
+    metric = parsed.metric
+    if metric.kind is MetricKind.FRACTION:
+        estimate = document["error_rate"]
+    elif metric.kind is MetricKind.RATE:
+        estimate = document["throughput"][metric.summary_field]
+    else:
+        block = document["metrics"][metric.name]
+        estimate = (block["mean"] if parsed.statistic == "mean"
+                    else block["percentiles"][parsed.statistic])
+    value = estimate["value"]
+    return math.nan if value is None else float(value)
+
+
+def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
+    folder = root / source["folder"]
+    scenario = read_scenario(folder)
+    design = sequential_design(scenario)
+    if design is None:
+        raise SystemExit(f"{folder}: no variants to compare")
+    baseline, candidate = list(scenario.variants)[:2]
+    cells = list(scenario.compare.cells)
+    values: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in cells}
+    for trial, variant, _ in trial_folders(folder):
+        document = json.loads((trial / SUMMARY_FILE).read_text())
+        valid = not document.get("invalid_reasons")
+        for cell in cells:
+            value = summary_cell_value(document, cell) if valid else math.nan
+            side = 0 if variant == baseline else 1 if variant == candidate else None
+            if side is not None:
+                values[cell][side].append(value)
+    per_arm = min(min(len(a), len(b)) for a, b in values.values())
+    decisions = decide_cells(design, per_arm, {c: (a[:per_arm], b[:per_arm])
+                                               for c, (a, b) in values.items()})
+    return {
+        "claim": source["claim"], "statement": source["statement"],
+        "scenario": scenario.name, "folder": source["folder"], "model": source["model"],
+        "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
+        "compared": f"{candidate} vs {baseline}", "trials_per_arm": per_arm,
+        "design": {"min_trials": design.min_trials, "max_trials": design.max_trials,
+                   "alpha": design.alpha, "effect": design.effect, "test": design.test,
+                   "cells": design.cells},
+        "gpu_minutes": source["gpu_minutes"],
+        "cells": [{"cell": d.cell, "verdict": d.decision, "ratio": d.ratio.value,
+                   "ratio_ci": [d.ratio.ci_low, d.ratio.ci_high],
+                   "ratio_confidence": d.ratio.confidence, "p_change": d.p_change,
+                   "p_equivalence": d.p_equivalence, "level": d.alpha_look,
+                   "baseline_trials": values[d.cell][0][:per_arm],
+                   "candidate_trials": values[d.cell][1][:per_arm],
+                   "warnings": list(d.warnings)} for d in decisions],
+        "command": source["command"],
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| claim | model | compared | cell | verdict | ratio [interval] | trials per arm "
+             "| GPU min | command |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for cell in row["cells"]:
+            low, high = cell["ratio_ci"]
+            ratio = ("n/a" if cell["ratio"] is None
+                     else format_ratio(cell["ratio"], low, high)
+                     + f" ({cell['ratio_confidence']:.1%})")
+            lines.append(
+                f"| {row['claim']} | {row['model']} ({row['model_parameters'] / 1e9:.1f} B) "
+                f"| {row['compared']} | {cell['cell']} | **{cell['verdict']}** | {ratio} "
+                f"| {row['trials_per_arm']} | {row['gpu_minutes']} | `{row['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", type=Path, nargs="?", default=DEFAULT_SOURCES)
+    options = parser.parse_args()
+    sources = json.loads(options.sources.read_text())
+    rows = [claim_row(source, REPO) for source in sources["claims"]]
+    out = options.sources.parent
+    (out / "claims.json").write_text(json.dumps({"claims": rows}, indent=1) + "\n")
+    table = markdown(rows)
+    (out / "claims.md").write_text(table)
+    print(table, end="")
+
+
+if __name__ == "__main__":
+    main()
