@@ -301,6 +301,8 @@ def _report_crash(error: BaseException, arguments: Sequence[str], complain: Writ
 #: `run`'s flags without a value: argparse ends `key=value ...` at the first flag, so
 #: `run scenario=X --force key=v` would leave `key=v` unrecognised; they are moved up front
 _RUN_SWITCHES = frozenset({"--force"})
+_GLOBAL_VALUED = frozenset({"--runs-dir"})  # the parser's options before the command that
+# take a value as the next argument (`--runs-dir=D` is one argument)
 
 
 def _flags_first(arguments: list[str]) -> list[str]:
@@ -308,7 +310,7 @@ def _flags_first(arguments: list[str]) -> list[str]:
     global `--runs-dir DIR` may stand before `run`)."""
     start = 0
     while start < len(arguments) and arguments[start].startswith("-"):
-        start += 1 if "=" in arguments[start] else 2  # `--runs-dir=D` or `--runs-dir D`
+        start += 2 if arguments[start] in _GLOBAL_VALUED else 1  # `--runs-dir D`, or a switch
     if start >= len(arguments) or arguments[start] != "run":
         return arguments
     head, rest = arguments[:start + 1], arguments[start + 1:]

@@ -268,6 +268,34 @@ def test_decided_cells_stay_decided() -> None:
     assert decide_cells(design, 5, {"y": (a_eq, b_eq)})[0].decision == "equivalent"
 
 
+def test_a_decision_shows_the_evidence_that_made_it() -> None:
+    """What a reader sees agrees with the decision: a cell decided at look 3 and kept at look 6
+    (where today's data alone would not reject) shows look 3's ratio, interval (excluding 1)
+    and unadjusted p below the level it was held to; an equivalent cell shows the TOST's p and
+    an interval at 1 - 2 level inside the margin; an undecided one its current look, p >= level.
+    """
+    a = [10.0, 10.1, 9.9, 30.0, 8.0, 25.0]
+    b = [30.0, 30.3, 29.7, 10.0, 31.0, 9.0]
+    a_eq = [100.0, 100.2, 99.8, 50.0, 200.0, 100.0]
+    b_eq = [100.1, 99.9, 100.0, 200.0, 50.0, 100.0]
+    noisy = ([10.0, 12.0, 9.0, 11.0, 10.5, 9.5], [11.0, 9.5, 12.5, 10.0, 13.0, 8.5])
+    design = _design(3, 10, 3)
+    kept, equivalent, undecided = decide_cells(
+        design, 6, {"x": (a, b), "y": (a_eq, b_eq), "z": noisy})
+    assert kept.decision == "changed" and kept.shown_trials == 3
+    assert kept.p_shown is not None and kept.p_shown < kept.level_shown
+    assert kept.ratio.ci_low is not None and kept.ratio.ci_low > 1.0
+    assert kept.ratio.confidence == pytest.approx(1.0 - kept.level_shown)
+    assert equivalent.decision == "equivalent" and equivalent.shown_trials == 3
+    assert equivalent.p_shown is not None and equivalent.p_shown < equivalent.level_shown
+    assert equivalent.ratio.confidence == pytest.approx(1.0 - 2.0 * equivalent.level_shown)
+    low, high = equivalent.ratio.ci_low, equivalent.ratio.ci_high
+    assert low is not None and high is not None and low > 1 / 1.1 and high < 1.1
+    assert undecided.decision == "undecided" and undecided.shown_trials == 6
+    assert undecided.p_shown is not None and undecided.p_shown >= undecided.level_shown
+    assert undecided.level_shown == undecided.alpha_look
+
+
 def test_undecided_cells_wait_for_evidence() -> None:
     values = {"x": ([10.0, 12.0, 9.0], [11.0, 9.5, 12.5])}
     [decision] = decide_cells(_design(3, 10, 1), 3, values)

@@ -196,33 +196,44 @@ class DecisionEntry:
     p_equivalence: float | None
     alpha_look: float
     effect: float
-    ratio: ReportedEstimate
+    ratio: ReportedEstimate  # at the look shown, at its level (CellDecision)
     warnings: tuple[str, ...]
+    shown_trials: int = 0  # the look whose test decided the cell (the current one if not)
+    p_shown: float | None = None  # that test's unadjusted p there
+    level_shown: float = 0.0  # the boundary it was held to there
 
     @classmethod
     def of(cls, item: CellDecision, test: str, trials_per_arm: int, effect: float
            ) -> DecisionEntry:
         return cls(item.decision, test, trials_per_arm, item.decision_trials,
                    _number(item.p_change), _number(item.p_equivalence), float(item.alpha_look),
-                   effect, ReportedEstimate.of(item.ratio), tuple(item.warnings))
+                   effect, ReportedEstimate.of(item.ratio), tuple(item.warnings),
+                   item.shown_trials, _number(item.p_shown), float(item.level_shown))
 
     @property
     def text(self) -> str:
-        """`changed ×3.02 [×2.61, ×3.49] (p=0.0003 <= 0.0051 at 4 trials, welch-log)`."""
+        """The evidence, self-consistent: `changed ×3.02 [×2.61, ×3.49] (p=0.0003 < level
+        0.0051 at 4 trials per variant, welch-log)`; `equivalent -1.2% [-6.0%, +3.9%] (within
+        ±10%: TOST p=0.002 < level 0.011 at 5 trials per variant, ...)`; an undecided cell's
+        current look with `>=`."""
         ratio = self.ratio
         shown = ("" if ratio.value is None
                  else format_ratio(ratio.value, ratio.ci_low, ratio.ci_high) + " ")
-        p = self.p_equivalence if self.decision == "equivalent" else self.p_change
-        p_text = "p=–" if p is None else f"p={p:.2g}"
-        what = (f"within ±{self.effect:.0%}, " if self.decision == "equivalent" else "")
-        return (f"{self.decision} {shown}({what}{p_text}, level {self.alpha_look:.2g} at "
-                f"{self.trials_per_arm} trials per variant, {self.test})")
+        p = self.p_shown
+        relation = "<" if self.decision != "undecided" else ">="
+        p_text = ("p=–" if p is None
+                  else f"p={p:.2g} {relation} level {self.level_shown:.2g}")
+        what = (f"within ±{self.effect:.0%}: TOST " if self.decision == "equivalent" else "")
+        return (f"{self.decision} {shown}({what}{p_text} at {self.shown_trials} trials per "
+                f"variant, {self.test})")
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "test": self.test,
                 "trials_per_arm": self.trials_per_arm,
                 "decided_at_trials": self.decided_at_trials, "p_change": self.p_change,
                 "p_equivalence": self.p_equivalence, "alpha_look": self.alpha_look,
+                "shown_trials": self.shown_trials, "p_shown": self.p_shown,
+                "level_shown": self.level_shown,
                 "effect": self.effect, "ratio": self.ratio.to_json_dict(),
                 "warnings": list(self.warnings)}
 

@@ -37,10 +37,10 @@ from vllm_slo.reports.analysis.trial_statistics import (  # the tests' names: re
 )
 from vllm_slo.reports.analysis.trial_statistics import TrialTest as TrialTest
 from vllm_slo.reports.analysis.trial_statistics import (
-    _mann_whitney_null_cdf,
     below_alpha,
     hodges_lehmann,
     holm_adjust,
+    mann_whitney_null_cdf,
     welch_log_ratio,
 )
 
@@ -105,12 +105,20 @@ class SequentialDesign:
 class CellDecision:
     """One compared cell at one look.
 
-    ``ratio``: B/A (geometric-mean ratio for welch-log, Hodges-Lehmann for mann-whitney) with
-    its interval at ``1 - alpha_look``. ``p_change``/``p_equivalence``: this look's p-values
-    (equivalence: the larger of the two one-sided p), Holm-adjusted over the cells at this look.
-    ``alpha_look``: the nominal level this cell's change test is held to at this look (the
-    group-sequential boundary of its Holm step). ``decision_trials``: trials per arm at the look
-    where the cell was decided (None: undecided); a decided cell stays decided.
+    ``p_change``/``p_equivalence``: this look's p-values (equivalence: the larger of the two
+    one-sided p), Holm-adjusted over the cells at this look. ``alpha_look``: the nominal level
+    this cell's change test is held to at this look (the group-sequential boundary of its Holm
+    step). ``decision_trials``: trials per arm at the look where the cell was decided (None:
+    undecided); a decided cell stays decided.
+
+    What a reader is shown is the evidence for the decision, self-consistent: ``shown_trials``
+    is the look whose test decided the cell (the current look while undecided), ``p_shown`` that
+    test's own (unadjusted) p there — the change test's, or the TOST's for ``equivalent`` — and
+    ``level_shown`` the boundary it was held to (``p_shown < level_shown`` exactly when that look
+    decided it); ``ratio`` is B/A at that look (geometric-mean ratio for welch-log,
+    Hodges-Lehmann for mann-whitney) with its interval at ``1 - level_shown`` (change) or
+    ``1 - 2 level_shown`` (equivalence: inside ``1 ± effect`` exactly when the TOST rejects), so
+    a `changed` cell's interval excludes 1 and an `equivalent` one's lies within the margin.
     """
 
     cell: str
@@ -121,6 +129,9 @@ class CellDecision:
     alpha_look: float
     warnings: tuple[str, ...] = ()
     decision_trials: int | None = None
+    shown_trials: int = 0
+    p_shown: float | None = None
+    level_shown: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,20 +310,6 @@ def welch_log_tests(log_a: np.ndarray, log_b: np.ndarray, effect: float) -> Test
     return TestArrays(difference, p_change, np.maximum(p_low, p_high))
 
 
-#: Exact Mann-Whitney null distributions up to this many trials per arm (as trial_statistics),
-#: the normal approximation with continuity correction beyond.
-_EXACT_MW_MAX: int = 100
-
-
-def _mw_null_cdf(n_a: int, n_b: int) -> np.ndarray:
-    """P(U <= u) for u = 0 .. n_a n_b under the null (continuous data)."""
-    if max(n_a, n_b) <= _EXACT_MW_MAX:
-        return np.asarray(_mann_whitney_null_cdf(n_a, n_b))
-    mu = n_a * n_b / 2.0
-    sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
-    return np.asarray(stats.norm.cdf((np.arange(n_a * n_b + 1) + 0.5 - mu) / sigma))
-
-
 def _mw_u(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
     """U = #(b > a) + #(b == a) / 2 over all pairs, along the last axes."""
     d = log_b[..., :, None] - log_a[..., None, :]
@@ -331,7 +328,7 @@ def mann_whitney_log_tests(log_a: np.ndarray, log_b: np.ndarray, effect: float) 
     if n_a == 0 or n_b == 0:
         nan = np.full(estimate.shape, np.nan)
         return TestArrays(estimate, nan, nan.copy())
-    cdf = _mw_null_cdf(n_a, n_b)  # P(U <= u), u = 0 .. n_a n_b
+    cdf = mann_whitney_null_cdf(n_a, n_b)  # P(U <= u), u = 0 .. n_a n_b
     total = n_a * n_b
     margin = math.log1p(effect)
     u = _mw_u(log_a, log_b)
@@ -486,6 +483,7 @@ def decide_cells(design: SequentialDesign, trials_per_arm: int,
     words = decision_words(first_changed, first_equivalent, k_now)
     change_rejected = first_changed <= k_now
     levels = holm_levels(design, m, 2)
+    equivalence_levels = holm_levels(design, m, 1)
     current_change = [None if math.isnan(p) else float(p) for p in p_change[:, k_now]]
     current_equivalence = [None if math.isnan(p) else float(p) for p in p_equivalence[:, k_now]]
     adjusted_change = holm_adjust(current_change)
@@ -495,24 +493,51 @@ def decide_cells(design: SequentialDesign, trials_per_arm: int,
     for i, (cell, (xa, xb, warns)) in enumerate(zip(cells, cleaned, strict=True)):
         others = int(change_rejected.sum() - change_rejected[i])
         alpha_look = float(levels[min(others, m - 1), k_now])
-        confidence = min(1.0 - alpha_look, 1.0 - 1e-12) if alpha_look > 0 else 0.999999
         a_now, b_now = xa[:trials_per_arm], xb[:trials_per_arm]
-        ratio = _ratio(design, a_now, b_now, confidence)
+        word = names[int(words[i])]
+        evidence = _evidence(word, i, first_changed, first_equivalent, p_change, p_equivalence,
+                             levels, equivalence_levels, k_now)
+        look_index, p_shown, level_shown = evidence
+        shown_trials = looks[look_index]
+        confidence = 1.0 - (2.0 * level_shown if word == "equivalent" else level_shown)
+        confidence = min(confidence, 1.0 - 1e-12) if level_shown > 0 else 0.999999
+        ratio = _ratio(design, xa[:shown_trials], xb[:shown_trials], confidence)
         notes = list(warns)
         if current_change[i] is None:
             need = "2 usable trials per arm" if design.test == "welch-log" else \
                 "1 usable trial per arm"
             notes.append(f"no test at {trials_per_arm} trials per arm: needs {need} (have "
                          f"{_usable(a_now).size} vs {_usable(b_now).size})")
-        word = names[int(words[i])]
         decided_at = None
         if word == "changed":
             decided_at = design.looks[int(first_changed[i])]
         elif word == "equivalent":
             decided_at = design.looks[int(first_equivalent[i])]
         result.append(CellDecision(cell, word, ratio, adjusted_change[i], adjusted_equivalence[i],
-                                   alpha_look, tuple(notes), decided_at))
+                                   alpha_look, tuple(notes), decided_at, shown_trials,
+                                   None if math.isnan(p_shown) else p_shown, level_shown))
     return tuple(result)
+
+
+def _evidence(word: str, i: int, first_changed: np.ndarray, first_equivalent: np.ndarray,
+              p_change: np.ndarray, p_equivalence: np.ndarray, levels: np.ndarray,
+              equivalence_levels: np.ndarray, k_now: int) -> tuple[int, float, float]:
+    """(look index, unadjusted p, boundary) that decided cell i: the earliest look up to the
+    deciding one whose p crossed the boundary of the Holm step the cell was tested at (Holm
+    raises a cell's level when others are rejected, also for its earlier looks); for an
+    undecided cell the current look's change test at its current step."""
+    m = p_change.shape[0]
+    if word == "undecided":
+        others = int((first_changed <= k_now).sum() - (first_changed[i] <= k_now))
+        return k_now, float(p_change[i, k_now]), float(levels[min(others, m - 1), k_now])
+    first, p, step_levels = ((first_changed, p_change, levels) if word == "changed"
+                             else (first_equivalent, p_equivalence, equivalence_levels))
+    decided = int(first[i])
+    step = min(int((first <= decided).sum()) - 1, m - 1)  # the others rejected by then
+    for look in range(decided + 1):
+        if below_alpha(p[i, look], step_levels[step, look]):
+            return look, float(p[i, look]), float(step_levels[step, look])
+    return decided, float(p[i, decided]), float(step_levels[step, decided])
 
 
 def all_decided(decisions: Sequence[CellDecision]) -> bool:
@@ -528,7 +553,7 @@ def _min_p(test: TrialTest, n: int) -> float:
     """Smallest two-sided change p that n trials per arm can give."""
     if test == "welch-log":
         return 0.0 if n >= 2 else 1.0
-    return min(1.0, 2.0 * float(_mw_null_cdf(n, n)[0]))
+    return min(1.0, 2.0 * float(mann_whitney_null_cdf(n, n)[0]))
 
 
 def _reachable(design: SequentialDesign) -> tuple[bool, float, float]:

@@ -136,6 +136,21 @@ def _mann_whitney_null_cdf(n_a: int, n_b: int) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=256)
+def mann_whitney_null_cdf(n_a: int, n_b: int) -> np.ndarray:
+    """P(U <= u) for u = 0 .. n_a n_b under the null, continuous data: exact up to
+    ``_EXACT_MW_MAX_PER_SIDE`` per side, the normal approximation with continuity correction
+    beyond (read-only; the comparison's table and the sequential tests share it)."""
+    if max(n_a, n_b) <= _EXACT_MW_MAX_PER_SIDE:
+        cdf = np.asarray(_mann_whitney_null_cdf(n_a, n_b))
+    else:
+        mu = n_a * n_b / 2.0
+        sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
+        cdf = np.asarray(stats.norm.cdf((np.arange(n_a * n_b + 1) + 0.5 - mu) / sigma))
+    cdf.setflags(write=False)
+    return cdf
+
+
+@lru_cache(maxsize=256)
 def _two_sided_null_p(n_a: int, n_b: int) -> np.ndarray:
     """``G(u) = min(1, 2 P(U <= u))`` for u = 0 .. n_a n_b: the two-sided p-value of a U that lies
     in the lower tail (U = u in the upper tail is ``G(n_a n_b - u)``, by symmetry). Exact null for
@@ -143,13 +158,7 @@ def _two_sided_null_p(n_a: int, n_b: int) -> np.ndarray:
     approximation with continuity correction. Both the p-value (without ties) and the ranks of
     the Hodges-Lehmann interval are read from this one table, so the interval is dual to the test
     to the last bit: it excludes 0 exactly when ``factor * p < alpha``. Non-decreasing in u."""
-    if max(n_a, n_b) <= _EXACT_MW_MAX_PER_SIDE:
-        cdf = np.asarray(_mann_whitney_null_cdf(n_a, n_b))
-    else:
-        mu = n_a * n_b / 2.0
-        sigma = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12.0)
-        cdf = stats.norm.cdf((np.arange(n_a * n_b + 1) + 0.5 - mu) / sigma)
-    table = np.minimum(2.0 * cdf, 1.0)
+    table = np.minimum(2.0 * mann_whitney_null_cdf(n_a, n_b), 1.0)
     table.setflags(write=False)
     return table
 
