@@ -1,9 +1,9 @@
 """`vllm-slo`: a thin command line over the library. `main(argv) -> int` only parses and calls.
 
     vllm-slo run scenario=chat [dotted.key=value ...]     (also: vllm-slo scenario=chat ...)
-    vllm-slo run --resume RUN_DIR                           continue an interrupted experiment
+    vllm-slo run --resume RUN_DIR [key=secret ...]          continue an interrupted experiment
     vllm-slo tune scenario=NAME [dotted.key=value ...]    search the scenario's tune space
-    vllm-slo tune --resume RUN_DIR                          continue an interrupted tune
+    vllm-slo tune --resume RUN_DIR [key=secret ...]         continue an interrupted tune
     vllm-slo report RUN_DIR                                 re-render a run folder's outputs
     vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
     vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
@@ -64,6 +64,16 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
     return scenario_ref, overrides
 
 
+def _no_scenario_on_resume(arguments: Sequence[str], what: str) -> None:
+    """--resume goes on with the folder's own scenario; its key=value arguments may only give
+    again the credentials the folder hides (experiment_runner.resumable_scenario)."""
+    given = [a for a in arguments if a.startswith("scenario=")]
+    if given:
+        raise ScenarioError(f"--resume continues {what} as it was started; it takes no "
+                            f"scenario (got {given[0]}), only key=value overrides giving "
+                            "again the credentials its folder holds as ***")
+
+
 def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: bool = False,
                 resume: Path | None = None) -> int:
     # heavy imports only when running
@@ -71,11 +81,8 @@ def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: b
     from vllm_slo.reports.render.text import exit_code_line
 
     if resume is not None:
-        if arguments:
-            raise ScenarioError(f"--resume continues the experiment in {resume} as it was "
-                                f"started; it takes no scenario or overrides (got "
-                                f"{' '.join(arguments)})")
-        outcome = resume_experiment(resume, say)
+        _no_scenario_on_resume(arguments, f"the experiment in {resume}")
+        outcome = resume_experiment(resume, say, arguments)
         assert outcome.rendered is not None  # an experiment always writes its report
         slo_count = sum(len(variant["slos"])
                         for variant in outcome.rendered.summary["variants"].values())
@@ -97,10 +104,8 @@ def command_tune(arguments: Sequence[str], resume: Path | None, runs_root: Path,
     from vllm_slo.tuner import resume_tune, run_tune  # heavy imports only when tuning
 
     if resume is not None:
-        if arguments:
-            raise ScenarioError(f"--resume continues the tune in {resume} as it was started; "
-                                f"it takes no scenario or overrides (got {' '.join(arguments)})")
-        outcome = resume_tune(resume, say)
+        _no_scenario_on_resume(arguments, f"the tune in {resume}")
+        outcome = resume_tune(resume, say, arguments)
     else:
         scenario_ref, overrides = _split_run_arguments(arguments)
         scenario, path = load_scenario(scenario_ref, overrides)
@@ -135,11 +140,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="run an experiment even when its design can never reach a "
                           "significant difference (refused otherwise, exit 2)")
     run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                     help="continue an interrupted experiment from its folder")
+                     help="continue an interrupted experiment from its folder (key=value: "
+                          "only the credentials its scenario.yaml holds as ***)")
     tune = sub.add_parser("tune", help="search a scenario's tune space over server args")
     tune.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
     tune.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                      help="continue an interrupted tune from its folder")
+                      help="continue an interrupted tune from its folder (key=value: only "
+                           "the credentials its tune.yaml holds as ***)")
     report = sub.add_parser("report", help="re-render a run folder")
     report.add_argument("run_dir", type=Path)
     compare = sub.add_parser("compare", help="compare saved runs (first = baseline)")

@@ -21,6 +21,7 @@ import re
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -43,10 +44,10 @@ from vllm_slo.reports.analysis.experiment_summary import (
 )
 from vllm_slo.reports.analysis.sequential import CellDecision
 from vllm_slo.reports.analysis.trials import TrialOutcome
-from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.reports.experiment_report import read_stopping, render_experiment
+from vllm_slo.reports.redaction import REDACTED, redact_secrets, redacted_keys
 from vllm_slo.reports.run_report import INTERRUPTED_REASON
-from vllm_slo.reports.trial_folders import collect_trials
+from vllm_slo.reports.trial_folders import DAMAGE, collect_trials, damage_reason, naming
 from vllm_slo.runner import (
     Printer,
     RunOutcome,
@@ -57,8 +58,14 @@ from vllm_slo.runner import (
     run_trial,
 )
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
-from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.loader import (
+    apply_override,
+    check_repeated_overrides,
+    parse_override,
+    resolve_variants,
+)
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     SCENARIO_FILE,
@@ -118,26 +125,57 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print,
     return _Rounds(scenario, arms, run_dir, say).run()
 
 
-def resume_experiment(run_dir: Path, say: Printer = print) -> RunOutcome:
+def resume_experiment(run_dir: Path, say: Printer = print,
+                      overrides: Sequence[str] = ()) -> RunOutcome:
     """Continue an interrupted experiment from its folder: its complete trials are kept, a
-    trial cut short runs again, the round order goes on where it stopped (the looks so far are
-    replayed from the trials on disk: they are a pure function of them)."""
+    trial cut short (or whose summary.json is unreadable) runs again, the round order goes on
+    where it stopped (the looks so far are replayed from the trials on disk: they are a pure
+    function of them). `overrides` give again the secrets its scenario.yaml hides
+    (`resumable_scenario`)."""
     if not (run_dir / SCENARIO_FILE).is_file() or not (run_dir / TRIALS_DIR).is_dir():
         raise ScenarioError(f"{run_dir} is not an experiment folder (no {SCENARIO_FILE} and "
                             f"{TRIALS_DIR}/); start one with vllm-slo run scenario=NAME")
-    scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
     stopping = read_stopping(run_dir)
     if stopping is not None and stopping.reason != "interrupted":
         say(f"{run_dir}: {stopping.text}; nothing to resume")
         rendered = render_experiment(run_dir)
         return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+    scenario = resumable_scenario(run_dir / SCENARIO_FILE, overrides,
+                                  f"vllm-slo run --resume {run_dir}")
     say(f"resuming experiment {run_dir}")
     return _Rounds(scenario, resolve_variants(scenario), run_dir.resolve(), say).run()
 
 
-def read_stopping(run_dir: Path) -> Stopping | None:
-    path = run_dir / STOPPING_FILE
-    return Stopping.from_json_dict(json.loads(path.read_text())) if path.is_file() else None
+def resumable_scenario(path: Path, overrides: Sequence[str], command: str) -> Scenario:
+    """The scenario a resumed experiment or tune runs: its folder's copy at `path` (damaged:
+    a usage error naming it), where the credentials the copy hides as `***` (never written:
+    reports.redaction) are given again as `overrides` on the resume command line. Anything
+    else is refused (the experiment goes on as it was started), and so is a hidden value not
+    given again: the trials would launch or attach with `***` as the credential."""
+    with naming(path):
+        document = yaml.safe_load(path.read_text())
+        if not isinstance(document, dict):
+            raise ValueError(f"expected a scenario mapping, got {type(document).__name__}")
+    hidden = redacted_keys(document)
+    parsed = [parse_override(text) for text in overrides]
+    check_repeated_overrides(parsed)
+    for override in parsed:  # the key only in the message: the value may be a secret
+        if override.dotted_key not in hidden:
+            raise ScenarioError(
+                f"{command}: override {override.dotted_key}: a resumed run goes on as it was "
+                f"started; the command line may only give again what {path.name} hides as "
+                f"{REDACTED} ({', '.join(hidden) if hidden else 'nothing here'})")
+        apply_override(document, override)
+    missing = [key for key in hidden if key not in {o.dotted_key for o in parsed}]
+    if missing:
+        raise ScenarioError(
+            f"{path} holds {', '.join(missing)} as {REDACTED} (credentials are never written): "
+            f"give {'it' if len(missing) == 1 else 'them'} again, "
+            f"{command} {' '.join(f'{key}=VALUE' for key in missing)}; or keep secrets in the "
+            "environment (server.api_key_env names the API key's variable; a launched server "
+            "inherits the environment, HF_TOKEN included)")
+    with naming(path, unregistered_hint(document)):  # a plugin's metric or profile
+        return Scenario.model_validate(document)
 
 
 def startup_estimate(runs_root: Path, scenario: Scenario) -> tuple[float, str]:
@@ -164,11 +202,19 @@ def startup_estimate(runs_root: Path, scenario: Scenario) -> tuple[float, str]:
     return default, f"default for {platform}: no earlier run of {scenario.name} measured one"
 
 
-def _trial_complete(folder: Path) -> bool:
+def trial_complete(folder: Path, say: Printer | None = None) -> bool:
+    """A trial folder whose summary.json says it ran to its end. One cut short, or whose
+    summary.json is unreadable (said through `say`), is not: it runs again."""
     summary = folder / SUMMARY_FILE
     if not summary.is_file():
         return False
-    outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
+    try:
+        outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
+    except DAMAGE as error:
+        if say is not None:
+            say(f"{summary} is damaged or unreadable ({damage_reason(error)}): the trial "
+                "runs again")
+        return False
     return INTERRUPTED_REASON not in outcome.invalid_reasons
 
 
@@ -183,8 +229,9 @@ class _Rounds:
         self.names = list(arms)
         self.order = trial_order(self.names, scenario.max_trials)
         self.design = sequential_design(scenario)
-        before = read_stopping(run_dir)
+        before = read_stopping(run_dir)  # resume: what the earlier sessions ran and took
         self.elapsed_before_s = 0.0 if before is None else before.elapsed_s
+        self.rounds_before = 0 if before is None else before.rounds
 
     def folder(self, position: int) -> Path:
         name, trial = self.order[position - 1]
@@ -209,8 +256,10 @@ class _Rounds:
                 break
             rounds = round_index + 1
             decisions = self._look(rounds)
+            # the budget is judged before the rounds this session starts, not after each
+            # replayed one (the earlier session did; its time over 1 round would stop it)
             action = next_action(decisions, rounds, self.design, self.scenario.max_trials,
-                                 elapsed_s, budget_s)
+                                 elapsed_s, budget_s, rounds_kept=self.rounds_before)
             self._write(action, rounds, elapsed_s)
             if action.stop:
                 self.say(f"stop after round {rounds}: {action.reason} ({action.detail})")
@@ -220,9 +269,13 @@ class _Rounds:
         return RunOutcome(self.run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
 
     def _write(self, action: NextAction, rounds: int, elapsed_s: float) -> Stopping:
-        """stopping.json: final when the action stops, `interrupted` (resumable) until then."""
+        """stopping.json: final when the action stops, `interrupted` (resumable) until then;
+        until then it keeps the rounds an earlier session recorded (replayed first, they are
+        on disk: a resume cut short during them must not count its time over fewer rounds)."""
         trials = self.scenario.trials
         reason = action.reason if action.stop and action.reason else "interrupted"
+        if reason == "interrupted":
+            rounds = max(rounds, self.rounds_before)
         stopping = Stopping(reason, rounds, looks_taken(rounds, trials.min), trials.min,
                             trials.max, trials.budget_s, round(elapsed_s, 3),
                             action.detail.split("\n")[0] if action.stop else "")
@@ -253,7 +306,7 @@ class _Rounds:
             name, trial = self.order[position - 1]
             folder = self.folder(position)
             label = f"trial {position}/{len(self.order)}: {name or 'run'} #{trial}"
-            if _trial_complete(folder):
+            if trial_complete(folder, self.say):
                 self.say(f"{label}: done before, kept")
                 continue
             if folder.exists():  # cut short: run it again from the start
@@ -270,7 +323,7 @@ class _Rounds:
         together)."""
         spec = self.scenario.side_by_side
         assert spec is not None
-        if all(_trial_complete(self.folder(p)) for p in positions):
+        if all([trial_complete(self.folder(p), self.say) for p in positions]):
             self.say(f"round {round_index + 1}: done before, kept")
             return False
         placed = []

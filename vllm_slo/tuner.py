@@ -21,18 +21,23 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vllm_slo.experiment_runner import trial_folder_name, trial_order
+from vllm_slo.experiment_runner import (
+    resumable_scenario,
+    trial_complete,
+    trial_folder_name,
+    trial_order,
+)
 from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
 from vllm_slo.reports.analysis.server_metrics import run_preemptions
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunRates
-from vllm_slo.reports.analysis.trials import TrialOutcome
 from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
@@ -47,7 +52,7 @@ from vllm_slo.reports.analysis.tuning import (
 )
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
-from vllm_slo.reports.trial_folders import load_trial
+from vllm_slo.reports.trial_folders import load_trial, naming
 from vllm_slo.reports.tune_report import write_tune
 from vllm_slo.runner import (
     Printer,
@@ -106,14 +111,10 @@ def latency_cell(scenario: Scenario) -> str:
     return "e2e.p50"
 
 
-def _trial_complete(folder: Path) -> bool:
-    if (folder / START_FAILURE_FILE).is_file():
-        return True
-    summary = folder / SUMMARY_FILE
-    if not summary.is_file():
-        return False
-    outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
-    return INTERRUPTED_REASON not in outcome.invalid_reasons
+def _trial_complete(folder: Path, say: Printer | None = None) -> bool:
+    """A start failure recorded, or a summary.json that says the trial ran to its end (one
+    cut short or unreadable runs again)."""
+    return (folder / START_FAILURE_FILE).is_file() or trial_complete(folder, say)
 
 
 def _objective_value(folder: Path, objective: str) -> float | None:
@@ -220,7 +221,7 @@ class Tune:
                                                                trial)
         self.folders[candidate.name].append(folder)
         label = f"trial {self.position}: {candidate.name} #{trial} ({_args_text(candidate)})"
-        if _trial_complete(folder):
+        if _trial_complete(folder, self.say if self.run_missing else None):
             self.reused += 1
             self.say(f"{label}: done before, kept")
             return
@@ -343,17 +344,27 @@ def is_tune(run_dir: Path) -> bool:
     return (run_dir / TUNE_SCENARIO_FILE).is_file()
 
 
-def _saved_tune(run_dir: Path, say: Printer, run_missing: bool) -> Tune:
+def _saved_tune(run_dir: Path, say: Printer, run_missing: bool,
+                overrides: Sequence[str] = ()) -> Tune:
+    """The tune of a folder. To run its missing trials, the credentials its tune.yaml holds
+    as *** must be given again (`overrides`); a report runs nothing and needs none."""
     if not is_tune(run_dir):
         raise ScenarioError(f"{run_dir} is not a tune folder (no {TUNE_SCENARIO_FILE}); "
                             "start one with vllm-slo tune scenario=NAME")
-    scenario = Scenario.model_validate(yaml.safe_load((run_dir / TUNE_SCENARIO_FILE).read_text()))
+    path = run_dir / TUNE_SCENARIO_FILE
+    if run_missing:
+        scenario = resumable_scenario(path, overrides, f"vllm-slo tune --resume {run_dir}")
+    else:
+        with naming(path):
+            scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
     return Tune(scenario, run_dir.resolve(), say, run_missing)
 
 
-def resume_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
-    """Continue an interrupted tune from its folder: completed trials are kept."""
-    tune = _saved_tune(run_dir, say, run_missing=True)
+def resume_tune(run_dir: Path, say: Printer = print, overrides: Sequence[str] = ()
+                ) -> RunOutcome:
+    """Continue an interrupted tune from its folder: completed trials are kept; `overrides`
+    give again the credentials its tune.yaml hides (experiment_runner.resumable_scenario)."""
+    tune = _saved_tune(run_dir, say, run_missing=True, overrides=overrides)
     say(f"resuming tune {run_dir}")
     return tune.run()
 

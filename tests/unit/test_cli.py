@@ -47,7 +47,7 @@ def test_tune_usage_errors(capsys: pytest.CaptureFixture, tmp_path) -> None:
     assert main(["tune"]) == 2
     assert "which scenario?" in capsys.readouterr().err
     assert main(["tune", "--resume", str(tmp_path), "scenario=chat"]) == 2
-    assert "takes no scenario or overrides" in capsys.readouterr().err
+    assert "takes no scenario (got scenario=chat)" in capsys.readouterr().err
     assert main(["tune", "--resume", str(tmp_path)]) == 2
     assert "not a tune folder" in capsys.readouterr().err
     assert main(["--runs-dir", str(tmp_path), "tune", "scenario=chat"]) == 2  # no tune section

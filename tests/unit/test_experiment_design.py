@@ -277,7 +277,7 @@ def test_resume_refuses_what_is_not_an_experiment(tmp_path: Path,
     assert main(["run", "--resume", str(tmp_path)]) == 2
     assert "not an experiment folder" in capsys.readouterr().err
     assert main(["run", "--resume", str(tmp_path), "scenario=chat"]) == 2
-    assert "takes no scenario or overrides" in capsys.readouterr().err
+    assert "takes no scenario (got scenario=chat)" in capsys.readouterr().err
 
 
 def test_resume_of_a_finished_experiment_runs_nothing(tmp_path: Path,
@@ -439,3 +439,151 @@ def test_junit_and_markdown_judge_an_experiments_cells_by_its_decisions(tmp_path
         assert skipped == (word == "undecided")
     markdown = (run / "summary.md").read_text()
     assert re.search(r"\| ttft\.p50 \| changed ×2[^|]*\| \*\*regression\*\* \|", markdown)
+
+
+def test_replayed_rounds_are_not_judged_against_the_budget() -> None:
+    """trials {min 3, max 6, budget 15m}: 3 rounds in 540 s, cut in round 4 at 600 s. The
+    resumed session replays rounds 1-3 (the earlier session went on after each): no budget
+    stop at replayed round 1 (600 s over 1 round); from round 3 on the budget is judged, the
+    average round its recorded time over the rounds done."""
+    design = SequentialDesign(min_trials=3, max_trials=6, alpha=0.05, effect=0.1, cells=1)
+    undecided = [_decision("undecided")]
+    assert next_action([], 1, design, 6, 600.1, 900.0).reason == "budget"  # a fresh run
+    assert not next_action([], 1, design, 6, 600.1, 900.0, rounds_kept=3).stop
+    assert not next_action([], 2, design, 6, 600.1, 900.0, rounds_kept=3).stop
+    assert not next_action(undecided, 3, design, 6, 600.1, 900.0, rounds_kept=3).stop  # 800
+    late = next_action(undecided, 3, design, 6, 720.0, 900.0, rounds_kept=3)  # 720 + 240
+    assert (late.stop, late.reason) == (True, "budget")
+    assert next_action(undecided, 4, design, 6, 780.0, 900.0, rounds_kept=3).reason == \
+        "budget"  # 780 + 195 > 900
+
+
+def test_a_resumed_experiment_with_a_budget_goes_on_past_its_replayed_rounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's case end to end: cut in round 4 (trial 7), its stopping.json saying 600 s
+    over 3 rounds; --resume runs trial 7 again and goes on (was: stopped at replayed round 1
+    for the budget, 1 round recorded while 3 were on disk)."""
+    from vllm_slo.scenarios.loader import resolve_variants
+
+    run_dir, scenario = _experiment_folder(tmp_path, ["trials={min: 3, max: 6, budget: 15m}"])
+    names = list(scenario.variants)  # type: ignore[attr-defined]
+    ttft = {names[0]: 0.050, names[1]: 0.053}
+    ran = _fake_trials(monkeypatch, ttft, interrupt_at=7)
+    experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                              lambda line: None).run()
+    assert len(ran) == 7  # the first look (round 3) left the cell undecided
+    record = json.loads((run_dir / STOPPING_FILE).read_text())
+    assert (record["reason"], record["rounds"]) == ("interrupted", 3)
+    (run_dir / STOPPING_FILE).write_text(json.dumps({**record, "elapsed_s": 600.1}))
+
+    ran = _fake_trials(monkeypatch, ttft, interrupt_at=None)
+    resumed = experiment_runner.resume_experiment(run_dir, lambda line: None)
+    stopping = resumed.rendered.summary["stopping"]
+    assert stopping["reason"] != "budget" and stopping["rounds"] >= 4
+    assert ran[0] == f"007-{names[1]}-4"  # round 4 runs backward
+    assert resumed.rendered.summary["trials_per_variant"] == stopping["rounds"]
+    assert stopping["elapsed_s"] >= 600.1
+
+
+def _secret_experiment(tmp_path: Path) -> Path:
+    """An interrupted experiment folder whose scenario carries an API key and a token, written
+    as run_experiment writes it (redacted)."""
+    import yaml
+
+    from vllm_slo.reports.redaction import redact_secrets
+    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+
+    scenario, _ = load_scenario("chunked-prefill-ab", [
+        "compare.cells=[ttft.p50]", "trials=2", "server.args.api-key=sk-live-123",
+        "server.env={HF_TOKEN: hf_abc}"])
+    run_dir = tmp_path / "exp"
+    (run_dir / TRIALS_DIR).mkdir(parents=True)
+    (run_dir / SCENARIO_FILE).write_text(
+        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+    return run_dir
+
+
+def test_resume_refuses_to_run_with_hidden_credentials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """scenario.yaml holds *** where the credentials were: resuming with it would launch the
+    trials with *** as the key. Refused, exit 2, naming each key and how to give it again."""
+    run_dir = _secret_experiment(tmp_path)
+    ran = _fake_trials(monkeypatch, {"chunked": 0.05, "unchunked": 0.05}, interrupt_at=None)
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "server.args.api-key, server.env.HF_TOKEN as ***" in err
+    assert (f"vllm-slo run --resume {run_dir} server.args.api-key=VALUE "
+            "server.env.HF_TOKEN=VALUE") in err
+    assert "api_key_env" in err
+    # only the hidden keys may be given on the resume line, and the value is never echoed
+    assert main(["run", "--resume", str(run_dir), "server.args.api-key=sk-live-123",
+                 "server.env.HF_TOKEN=hf_abc", "traffic.duration=9s"]) == 2
+    err = capsys.readouterr().err
+    assert "override traffic.duration: a resumed run goes on as it was started" in err
+    assert "sk-live-123" not in err
+    assert ran == []
+
+
+def test_resume_runs_with_the_credentials_given_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = _secret_experiment(tmp_path)
+    seen: list[tuple[object, object]] = []
+    ran = _fake_trials(monkeypatch, {"chunked": 0.05, "unchunked": 0.20}, interrupt_at=None)
+    fake = experiment_runner.run_trial
+
+    def run_trial(arm, folder, say):  # type: ignore[no-untyped-def]
+        seen.append((arm.server.args.get("api-key"), arm.server.env.get("HF_TOKEN")))
+        return fake(arm, folder, say)
+
+    monkeypatch.setattr(experiment_runner, "run_trial", run_trial)
+    assert main(["run", "--resume", str(run_dir), "server.args.api-key=sk-live-123",
+                 "server.env.HF_TOKEN=hf_abc"]) in (0, 1, 3)
+    assert len(ran) == 4 and set(seen) == {("sk-live-123", "hf_abc")}
+    assert "sk-live-123" not in (run_dir / "scenario.yaml").read_text()
+
+
+@pytest.mark.parametrize(("file", "text", "named"), [
+    ("scenario.yaml", "name: [unclosed\n", "scenario.yaml is damaged or unreadable"),
+    ("scenario.yaml", "just a string\n", "scenario.yaml is damaged or unreadable"),
+    ("scenario.yaml", "name: x\ntraffic: {duration: -3s}\n",
+     "scenario.yaml is damaged or unreadable"),
+    ("stopping.json", '{"reason": "interrupted", "rou', "stopping.json is damaged or unreadable"),
+    ("stopping.json", '{"reason": "interrupted"}', "stopping.json is damaged or unreadable"),
+    ("stopping.json", json.dumps({"reason": "bored", "rounds": 1, "looks": 0, "min_trials": 2,
+                                  "max_trials": 4, "budget_s": None, "elapsed_s": 1.0}),
+     "stopping.json is damaged or unreadable"),
+])
+def test_a_damaged_folder_file_on_resume_is_a_usage_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        file: str, text: str, named: str) -> None:
+    run_dir, _ = _experiment_folder(tmp_path, ["trials={min: 2, max: 4}"])
+    (run_dir / TRIALS_DIR).mkdir()
+    (run_dir / file).write_text(text)
+    ran = _fake_trials(monkeypatch, {"chunked": 0.05, "unchunked": 0.05}, interrupt_at=None)
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / file}" in err and named in err and "internal error" not in err
+    assert ran == []
+
+
+def test_a_trial_whose_summary_is_unreadable_runs_again_on_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut in round 2; round 1's first trial's summary.json is then truncated: --resume runs
+    that trial again (saying why), keeps the second, and goes on."""
+    from vllm_slo.scenarios.loader import resolve_variants
+
+    run_dir, scenario = _experiment_folder(tmp_path, ["trials={min: 2, max: 4}"])
+    names = list(scenario.variants)  # type: ignore[attr-defined]
+    ttft = {names[0]: 0.05, names[1]: 0.20}
+    _fake_trials(monkeypatch, ttft, interrupt_at=3)
+    experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                              lambda line: None).run()
+    damaged = run_dir / TRIALS_DIR / f"001-{names[0]}-1" / "summary.json"
+    damaged.write_text(damaged.read_text()[:40])
+    ran = _fake_trials(monkeypatch, ttft, interrupt_at=None)
+    said: list[str] = []
+    resumed = experiment_runner.resume_experiment(run_dir, said.append)
+    assert ran[:3] == [f"001-{names[0]}-1", f"003-{names[1]}-2", f"004-{names[0]}-2"]
+    assert any(f"{damaged} is damaged or unreadable" in line and "runs again" in line
+               for line in said)
+    assert resumed.rendered.summary["stopping"]["reason"] == "decided"

@@ -125,3 +125,52 @@ def test_a_trials_objective_is_read_from_its_summary_typed(tmp_path: Path, objec
     document["invalid_reasons"] = [tuner.INTERRUPTED_REASON]
     (tmp_path / "summary.json").write_text(json.dumps(document))
     assert not tuner._trial_complete(tmp_path)
+
+
+def _tune_folder(tmp_path: Path, document: dict) -> Path:
+    """A tune folder as run_tune writes it: tune.yaml through the redaction."""
+    import yaml
+
+    from vllm_slo.reports.redaction import redact_secrets
+
+    run_dir = tmp_path / "tune"
+    run_dir.mkdir()
+    (run_dir / "tune.yaml").write_text(yaml.safe_dump(
+        redact_secrets(Scenario.model_validate(document).to_yaml_dict()), sort_keys=False))
+    return run_dir
+
+
+def test_tune_resume_refuses_hidden_credentials_and_takes_them_again(tmp_path: Path) -> None:
+    """tune.yaml holds the API key as ***: resuming would launch every trial with it. Refused
+    naming the key; given again on the resume line, the candidates launch with the real one
+    (and `report` re-renders without it: nothing is launched)."""
+    from vllm_slo.cli import main
+
+    secret = {**SCENARIO, "server": {"model": "tiny",
+                                     "args": {"max-model-len": 2048, "api-key": "sk-9"}}}
+    run_dir = _tune_folder(tmp_path, secret)
+    with pytest.raises(ScenarioError, match=r"server\.args\.api-key as \*\*\*.*"
+                                            r"vllm-slo tune --resume .* server\.args\.api-key="):
+        tuner.resume_tune(run_dir)
+    assert main(["tune", "--resume", str(run_dir)]) == 2
+    tune = tuner._saved_tune(run_dir, lambda text: None, True, ["server.args.api-key=sk-9"])
+    assert tune.base.server.args["api-key"] == "sk-9"
+    assert tuner._saved_tune(run_dir, lambda text: None, False).base.server.args[
+        "api-key"] == "***"
+
+
+def test_tune_resume_of_a_damaged_tune_yaml_is_a_usage_error(tmp_path: Path) -> None:
+    run_dir = _tune_folder(tmp_path, SCENARIO)
+    (run_dir / "tune.yaml").write_text("name: t\ntune: {grid: [unclosed\n")
+    with pytest.raises(ScenarioError, match=r"tune\.yaml is damaged or unreadable"):
+        tuner.resume_tune(run_dir)
+    with pytest.raises(ScenarioError, match=r"tune\.yaml is damaged or unreadable"):
+        tuner.report_tune(run_dir)
+
+
+def test_a_tune_trial_with_an_unreadable_summary_runs_again(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text('{"exit_code": 0, "invalid_rea')
+    assert not tuner._trial_complete(tmp_path)  # (was: JSONDecodeError, exit 4)
+    said: list[str] = []
+    assert not tuner._trial_complete(tmp_path, said.append)
+    assert "summary.json is damaged or unreadable" in said[0] and "runs again" in said[0]

@@ -13,11 +13,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, get_args
 
 from vllm_slo.reports.analysis.comparison import Group
+from vllm_slo.reports.analysis.experiment_design import StopReason
 from vllm_slo.reports.analysis.experiment_summary import (
     ExperimentSummary,
     Stopping,
@@ -35,12 +34,10 @@ from vllm_slo.reports.render.experiment_text import (
 )
 from vllm_slo.reports.render.markdown import append_step_summary
 from vllm_slo.reports.run_report import RenderedRun
-from vllm_slo.reports.trial_folders import collect_trials
-from vllm_slo.scenarios.model import Scenario
+from vllm_slo.reports.trial_folders import collect_trials, naming, read_scenario
 from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
     REPORT_FILE,
-    SCENARIO_FILE,
     STOPPING_FILE,
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
@@ -58,15 +55,30 @@ class WrittenExperiment:
 
 def load_experiment(run_dir: Path, interrupted: bool = False
                     ) -> tuple[ExperimentSummary, list[Group]]:
-    """Read an experiment folder and build its typed summary (nothing is written)."""
-    scenario = Scenario.model_validate(yaml.safe_load((run_dir / SCENARIO_FILE).read_text()))
-    stopping_path = run_dir / STOPPING_FILE
-    stopping = (Stopping.from_json_dict(json.loads(stopping_path.read_text()))
-                if stopping_path.is_file() else None)
+    """Read an experiment folder and build its typed summary (nothing is written); a damaged
+    scenario.yaml or stopping.json is a usage error naming it."""
+    scenario = read_scenario(run_dir)
+    stopping = read_stopping(run_dir)
     return build_experiment_summary(scenario, collect_trials(run_dir), run_dir.name,
                                     interrupted or (stopping is not None
                                                     and stopping.reason == "interrupted"),
                                     stopping)
+
+
+def read_stopping(run_dir: Path) -> Stopping | None:
+    """stopping.json (None where there is none: a fixed-count experiment of an older version,
+    a comparison); damaged, a usage error naming it (resume and the report need what it
+    says)."""
+    path = run_dir / STOPPING_FILE
+    if not path.is_file():
+        return None
+    with naming(path, "without it, --resume replays the rounds from the trials on disk (the "
+                      "earlier sessions' time uncounted)"):
+        stopping = Stopping.from_json_dict(json.loads(path.read_text()))
+        if stopping.reason not in get_args(StopReason) or stopping.rounds < 0:
+            raise ValueError(f"reason {stopping.reason!r}, rounds {stopping.rounds}: not a "
+                             f"stopping record (reasons: {', '.join(get_args(StopReason))})")
+    return stopping
 
 
 def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence[Group]

@@ -63,6 +63,34 @@ def spec_secret_values(args: Mapping[str, Any], env: Mapping[str, str],
     return [*found, *([api_key] if api_key else [])]
 
 
+# where redact_secrets leaves its marker in a string: the whole value, a URL's user-info,
+# a bearer token, `NAME=***` / `{api-key: ***}` (a plain `***` inside free text is no marker)
+_MARKER = re.escape(REDACTED)
+_MARKED = re.compile(rf"^{_MARKER}$|://{_MARKER}@|(?i:bearer)\s+{_MARKER}"
+                     rf"|[=:]\s*{_MARKER}(?=$|[\s,}}\]])")
+
+
+def redacted_keys(document: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of a written (redacted) document whose value holds a credential
+    `redact_secrets` replaced: what a copy read back lacks (a resumed experiment cannot run
+    with it). A list (an argv) is named whole: an override gives it whole."""
+    if isinstance(document, dict):
+        found: list[str] = []
+        for key, value in document.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, list | tuple):
+                if any(redacted_keys(item, dotted) for item in value):
+                    found.append(dotted)
+            else:
+                found += redacted_keys(value, dotted)
+        return found
+    if isinstance(document, list | tuple):
+        return [prefix] if any(redacted_keys(item, prefix) for item in document) else []
+    if isinstance(document, str) and _MARKED.search(document):
+        return [prefix]
+    return []
+
+
 def _redact_argv(items: list[Any]) -> list[Any]:
     out: list[Any] = []
     hide_next = False

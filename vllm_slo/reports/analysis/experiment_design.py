@@ -69,17 +69,22 @@ class NextAction:
 
 def next_action(decisions: Sequence[CellDecision], rounds_done: int,
                 design: SequentialDesign | None, max_rounds: int, elapsed_s: float,
-                budget_s: float | None) -> NextAction:
+                budget_s: float | None, rounds_kept: int = 0) -> NextAction:
     """Whether to run another interleaved round after `rounds_done` (one trial per variant
     each), `elapsed_s` of wall time since the first: stop when every compared cell is decided
     (from the design's first look on), at `max_rounds`, or when one more round, as long as the
     rounds so far took on average, would end past `budget_s`. Without a design (nothing
-    compared) only `max_rounds` and the budget stop it."""
+    compared) only `max_rounds` and the budget stop it.
+
+    A resumed experiment replays the `rounds_kept` rounds an earlier session ran (their trials
+    are on disk; that session judged the budget after each and went on): the budget is judged
+    only from the last of them on, before a round this session starts, with `elapsed_s` the
+    recorded time of every session so far (so the average round is that over `rounds_done`)."""
     if rounds_done >= max_rounds:
         return NextAction(True, "max_trials", f"{rounds_done} of {max_rounds} round(s) run")
     if design is not None and rounds_done >= design.min_trials and all_decided(decisions):
         return NextAction(True, "decided", "every compared cell decided")
-    if budget_s is not None and rounds_done > 0:
+    if budget_s is not None and rounds_done > 0 and rounds_done >= rounds_kept:
         per_round_s = elapsed_s / rounds_done
         if elapsed_s + per_round_s > budget_s:
             return NextAction(True, "budget",
