@@ -11,9 +11,9 @@ import random
 
 from pydantic import Field
 
-from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally, generate_until
+from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
 from vllm_slo.loadtests.profiles import Profile, register_profile
-from vllm_slo.loadtests.profiles.base import Conversations
+from vllm_slo.loadtests.profiles.base import Conversations, conversation_plan
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
@@ -43,13 +43,7 @@ def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words:
     return conversation
 
 
-def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-         policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
-    words = WordTexts(counter)
-    return generate_until(conversations(traffic, seed, counter, words, max_model_len, tally),
-                          1, counter, words, max_model_len, policy, n_requests, tally)
-
-
+plan = conversation_plan(conversations)
 SPEC = register_profile_spec(ProfileSpec(NAME, FixedLengthSpec, mixable=True))
 PROFILE = register_profile(Profile(NAME, plan, fastest_request_s=0.05,
                                    conversations=conversations))

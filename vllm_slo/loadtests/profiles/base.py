@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from vllm_slo.loadtests.plan_fitting import Candidate, Tally
+from vllm_slo.loadtests.plan_fitting import Candidate, Tally, generate_until
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
@@ -38,6 +38,19 @@ class Profile:
     # turns per conversation (to size the generator's batches)
     conversations: ConversationMaker | None = None
     turns: Callable[[TrafficSpec], int] = lambda traffic: 1
+
+
+def conversation_plan(conversations: ConversationMaker,
+                      turns: Callable[[TrafficSpec], int] = lambda traffic: 1) -> PlanMaker:
+    """The plan of a profile made of conversations (chat, long-doc, a plugin's): its
+    conversations generated until `n_requests` requests fit (`generate_until`), `turns` each."""
+    def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+             policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+        words = WordTexts(counter)
+        return generate_until(conversations(traffic, seed, counter, words, max_model_len, tally),
+                              turns(traffic), counter, words, max_model_len, policy, n_requests,
+                              tally)
+    return plan
 
 
 _GENERATORS: Registry[Profile] = Registry("traffic profile generator")

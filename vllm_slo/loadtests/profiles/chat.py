@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally, generate_until
-from vllm_slo.loadtests.profiles.base import Conversations, Profile
+from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
+from vllm_slo.loadtests.profiles.base import Conversations, Profile, conversation_plan
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
@@ -39,13 +39,10 @@ def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words:
     return conversation
 
 
-def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-         policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
-    words = WordTexts(counter)
-    return generate_until(conversations(traffic, seed, counter, words, max_model_len, tally),
-                          traffic.settings(ChatSpec).turns, counter, words, max_model_len, policy,
-                          n_requests, tally)
+def _turns(traffic: TrafficSpec) -> int:
+    return traffic.settings(ChatSpec).turns
 
 
+plan = conversation_plan(conversations, _turns)
 PROFILE = Profile("chat", plan, fastest_request_s=0.05, conversations=conversations,
-                  turns=lambda traffic: traffic.settings(ChatSpec).turns)
+                  turns=_turns)

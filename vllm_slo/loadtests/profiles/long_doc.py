@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally, generate_until
-from vllm_slo.loadtests.profiles.base import Conversations, Profile
+from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
+from vllm_slo.loadtests.profiles.base import Conversations, Profile, conversation_plan
 from vllm_slo.loadtests.prompts import DOC_SEPARATOR, INSTRUCTIONS, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
@@ -47,12 +47,6 @@ def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words:
     return conversation
 
 
-def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
-         policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
-    words = WordTexts(counter)
-    return generate_until(conversations(traffic, seed, counter, words, max_model_len, tally),
-                          1, counter, words, max_model_len, policy, n_requests, tally)
-
-
 # a long document's prefill and decode take far longer than a chat turn on any hardware
+plan = conversation_plan(conversations)
 PROFILE = Profile("long-doc", plan, fastest_request_s=0.5, conversations=conversations)
