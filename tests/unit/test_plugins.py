@@ -76,3 +76,20 @@ def test_a_saved_scenario_read_without_its_plugins_says_what_to_set(
     load_plugins({PLUGINS_ENV: MODULE})
     assert unregistered_hint({"slo": {"send_rate": ">= 1 req/s"}}) == ""
     assert unregistered_hint(None) == "" and unregistered_hint({"slo": "x"}) == ""
+
+
+def test_report_of_a_run_made_with_plugins_names_them(
+        no_send_rate: None, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """`vllm-slo report` reads a run folder's scenario through read_run_scenario: without the
+    run's plugins it says which keys are unregistered and what to set, not a list of schema
+    errors."""
+    import yaml
+
+    from vllm_slo.reports.run_report import read_run_scenario
+    monkeypatch.delenv(PLUGINS_ENV, raising=False)
+    scenario, _ = load_scenario("chat")
+    document = scenario.to_yaml_dict()
+    document["slo"] = {"send_rate": ">= 1 req/s"}
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(document))
+    with pytest.raises(ScenarioError, match=r"slo\.send_rate not registered in this process"):
+        read_run_scenario(tmp_path)

@@ -51,6 +51,7 @@ from vllm_slo.reports.samples import client_cpu_fractions, read_samples
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
     JUNIT_FILE,
@@ -120,7 +121,9 @@ def read_run_scenario(run_dir: Path) -> Scenario:
     try:
         return Scenario.model_validate(document)
     except ValidationError as error:
-        raise ScenarioError(format_validation_error(path, error)) from None
+        hint = unregistered_hint(document)  # a run made with plugins, read without them
+        raise ScenarioError(f"{path}: {hint}" if hint
+                            else format_validation_error(path, error)) from None
 
 
 def _read_status(run_dir: Path) -> tuple[RunStatus | None, str | None]:
