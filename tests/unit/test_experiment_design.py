@@ -220,16 +220,23 @@ def test_the_sequential_cap_is_the_procedures() -> None:
     assert model.MAX_SEQUENTIAL_TRIALS == sequential.MAX_SEQUENTIAL_TRIALS
 
 
-def test_summary_carries_the_stopping_record_and_each_cells_decision(tmp_path: Path) -> None:
-    """A sequential folder's summary.json: `stopping` as the runner wrote it, each compared
-    cell's decision at the last look (a 2x TTFT: changed), schema-valid; text and page say
-    it."""
+def _decided_experiment(tmp_path: Path) -> Path:
+    """A sequential experiment folder (3-6 trials, b's TTFT 2x a's) whose runner stopped
+    `decided` after 4 rounds, 2 looks."""
     run = write_synthetic_experiment(
         tmp_path / "seq", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05,
         scenario_patch={"trials": {"min": 3, "max": 6}})
     (run / STOPPING_FILE).write_text(json.dumps({
         "reason": "decided", "rounds": 4, "looks": 2, "min_trials": 3, "max_trials": 6,
         "budget_s": None, "elapsed_s": 120.0, "detail": "every compared cell decided"}))
+    return run
+
+
+def test_summary_carries_the_stopping_record_and_each_cells_decision(tmp_path: Path) -> None:
+    """A sequential folder's summary.json: `stopping` as the runner wrote it, each compared
+    cell's decision at the last look (a 2x TTFT: changed), schema-valid; text and page say
+    it."""
+    run = _decided_experiment(tmp_path)
     rendered = render_experiment(run)
     summary = rendered.summary
     schema = json.loads((REPO / "reports" / "schema" / "experiment-summary.schema.json")
@@ -415,12 +422,7 @@ def test_junit_and_markdown_judge_an_experiments_cells_by_its_decisions(tmp_path
     valid under optional stopping): a 2x TTFT decided `changed` is a regression failure whose
     message is the decision, and every other cell's state is its decision word."""
     import xml.etree.ElementTree as ET
-    run = write_synthetic_experiment(
-        tmp_path / "seq", {"a": 0.05, "b": 0.10}, trials=4, noise=0.05,
-        scenario_patch={"trials": {"min": 3, "max": 6}})
-    (run / STOPPING_FILE).write_text(json.dumps({
-        "reason": "decided", "rounds": 4, "looks": 2, "min_trials": 3, "max_trials": 6,
-        "budget_s": None, "elapsed_s": 120.0, "detail": "every compared cell decided"}))
+    run = _decided_experiment(tmp_path)
     rendered = render_experiment(run)
     decisions = {c["cell"]: c["decision"]["decision"]
                  for c in rendered.summary["comparisons"][0]["cells"]}
