@@ -178,7 +178,7 @@ PER_REQUEST_LATENCY_METRICS = tuple(name for name in LATENCY_METRICS
 
 
 _METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_RESERVED_KEYS = ("by_profile",)  # other keys of an `slo:` block
+_RESERVED_KEYS = ("by_profile", "by_adapter")  # other keys of an `slo:` block
 
 
 def register_metric(metric: Metric) -> Metric:

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from vllm_slo.scenarios.lora import BASE, LORA_FLAGS, AdapterName, LoraSpec, lora_weights
 from vllm_slo.scenarios.metrics import (
     BUILT_IN_METRICS,
     METRICS,
@@ -98,6 +99,22 @@ class ServerSpec(Frozen):
         "auto", description="vLLM's CPU build on a host of at most 4 cores: auto gives the "
                             "server the first half of the cores and Locust the rest; off pins "
                             "nothing")
+    lora: LoraSpec | None = Field(
+        None, description="LoRA adapters the launched server loads (--enable-lora "
+                          "--lora-modules ...); traffic.lora splits requests across them")
+
+    @model_validator(mode="after")
+    def _lora_flags_in_one_place(self) -> ServerSpec:
+        if self.lora is None:
+            return self
+        if self.url is not None:
+            raise ValueError("server.lora loads adapters into a launched server; an attached "
+                             "one (server.url) serves its own: name them in traffic.lora")
+        named = [flag for flag in LORA_FLAGS if flag in self.args]
+        if named:
+            raise ValueError(f"server.lora sets {', '.join(named)}: remove it from "
+                             "server.args (or drop server.lora)")
+        return self
 
     @field_validator("core_split", mode="before")
     @classmethod
@@ -315,6 +332,11 @@ class TrafficSpec(Frozen):
         default_factory=dict,
         description="profile: mix — each conversation is drawn from one of these profiles "
         "(configured in their own sections), with these weights, e.g. {chat: 3, long-doc: 1}")
+    lora: Annotated[dict[AdapterName, Annotated[float, Field(gt=0)]],
+                    AfterValidator(lora_weights)] = Field(
+        default_factory=dict,
+        description=f"weights across the base model ({BASE!r}) and LoRA adapters, e.g. "
+        f"{{{BASE}: 2, sql: 1}}: each conversation's requests name one of them as `model`")
     _sections: dict[str, Frozen] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -473,11 +495,18 @@ class SloSpec(SloRules):
         default_factory=dict,
         description="profile: mix — rules judged on one part's requests only, e.g. "
                     "{chat: {itl: [\"p99 < 50ms\"]}}")
+    by_adapter: dict[AdapterName, SloRules] = Field(
+        default_factory=dict,
+        description="traffic.lora — rules judged on one adapter's requests only (base: the "
+                    "base model's), e.g. {sql: {ttft: [\"p95 < 1s\"]}}")
 
     def rules(self) -> tuple[SloRule, ...]:
-        """Every rule: the whole run's, then each part's (`SloRule.profile` set)."""
+        """Every rule: the whole run's, then each part's (`SloRule.profile` set), then each
+        adapter's (`SloRule.adapter` set)."""
         return (*self.own_rules(), *(rule for profile, spec in self.by_profile.items()
-                                     for rule in spec.own_rules(profile)))
+                                     for rule in spec.own_rules(profile)),
+                *(dataclasses.replace(rule, adapter=adapter)
+                  for adapter, spec in self.by_adapter.items() for rule in spec.own_rules()))
 
 
 VARIANT_KEYS = ("server", "traffic", "slo", "description")
@@ -732,6 +761,22 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _adapters_named_are_loaded(self) -> Scenario:
+        lora, loaded = self.traffic.lora, self.server.lora
+        for adapter in self.slo.by_adapter:
+            if adapter not in lora:
+                raise ValueError(f"slo.by_adapter.{adapter}: {adapter!r} is not in "
+                                 f"traffic.lora ({', '.join(lora) or 'unset'}); per-adapter "
+                                 "SLOs are for a LoRA mix")
+        if self.server.url is None:  # a launched server serves what server.lora loads
+            missing = [name for name in lora if name != BASE
+                       and (loaded is None or name not in loaded.adapters)]
+            if missing:
+                raise ValueError(f"traffic.lora names {', '.join(missing)}, which "
+                                 "server.lora.adapters does not load")
+        return self
+
+    @model_validator(mode="after")
     def _side_by_side_places_every_variant(self) -> Scenario:
         if self.side_by_side is None:
             return self
@@ -814,7 +859,7 @@ class Scenario(Frozen):
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved scenario as the user would write it (aliases, durations in seconds);
-        `tune`, `side_by_side` and `server.devices` only when set."""
+        `tune`, `side_by_side`, `server.devices` and the LoRA keys only when set."""
         document = self.model_dump(mode="json", by_alias=True)
         document["trials"] = self.trials.to_yaml()
         for key in ("tune", "side_by_side"):
@@ -822,4 +867,10 @@ class Scenario(Frozen):
                 del document[key]
         if document["server"]["devices"] is None:
             del document["server"]["devices"]
+        if document["server"]["lora"] is None:  # LoRA keys only for a LoRA run
+            del document["server"]["lora"]
+        if not document["traffic"]["lora"]:
+            del document["traffic"]["lora"]
+        if not document["slo"]["by_adapter"]:
+            del document["slo"]["by_adapter"]
         return document

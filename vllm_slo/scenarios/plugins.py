@@ -47,7 +47,7 @@ def unregistered_hint(document: object) -> str:
     slo = document.get("slo")
     traffic = document.get("traffic")
     missing = [f"slo.{key}" for key in (slo if isinstance(slo, Mapping) else {})
-               if key not in METRICS and key != "by_profile"]
+               if key not in METRICS and key not in ("by_profile", "by_adapter")]
     profile = traffic.get("profile") if isinstance(traffic, Mapping) else None
     if isinstance(profile, str) and profile not in PROFILE_SPECS:
         missing.append(f"traffic.profile {profile!r}")

@@ -9,6 +9,8 @@
       by_profile:                           # profile: mix — rules for one part's requests
         chat: {itl: ["p99 < 50ms"]}
         long-doc: {ttft: ["p90 < 5s"]}
+      by_adapter:                           # traffic.lora — rules for one adapter's requests
+        sql: {ttft: ["p95 < 1s"]}
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.units import parse_duration_s
 
 COMPARATORS = ("<", "<=", ">", ">=")
+ADAPTER_PART = "adapter:"  # a part key naming a LoRA adapter's requests (`adapter:sql`)
 
 _LATENCY_RULE = re.compile(r"^\s*(p\d+(?:\.\d+)?|mean)\s*(<=|>=|<|>)\s*(\S+(?:\s*\S+)?)\s*$")
 _ERROR_RATE_RULE = re.compile(r"^\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
@@ -46,6 +49,15 @@ class SloRule:
     text: str  # as written, for reports
     profile: str | None = None  # a mix's part whose requests this rule judges; None: all
     warmup_factor: float | None = field(default=None, compare=False)
+    adapter: str | None = None  # a LoRA mix's adapter (traffic.lora name) it judges; None: all
+
+    @property
+    def part(self) -> str | None:
+        """Which requests this rule judges, as a key of a run's parts: a mix's part
+        (`chat`), an adapter's (`adapter:sql`, see `part_column`), None: all."""
+        if self.adapter is not None:
+            return f"{ADAPTER_PART}{self.adapter}"
+        return self.profile
 
     @property
     def sized(self) -> bool:
@@ -58,15 +70,24 @@ class SloRule:
 
     @property
     def label(self) -> str:
-        part = f"{self.profile}: " if self.profile else ""
+        part = f"{self.part}: " if self.part else ""
         return f"{part}{self.metric} {self.text.strip()}"
 
     @property
     def cell(self) -> str:
         """The compared cell this rule reads (`chat:itl.p99`, `error_rate.rate`, ...): the
-        spelling `compare.cells` accepts."""
+        spelling `compare.cells` accepts; an adapter's rule: `adapter:sql:ttft.p95`, which
+        no comparison reads)."""
         base = f"{self.metric}.{self.statistic}"
-        return f"{self.profile}:{base}" if self.profile else base
+        return f"{self.part}:{base}" if self.part else base
+
+
+def part_column(part: str) -> tuple[str, str]:
+    """The samples column and value that select a part's rows: `chat` -> (profile, chat),
+    `adapter:sql` -> (adapter, sql)."""
+    if part.startswith(ADAPTER_PART):
+        return "adapter", part[len(ADAPTER_PART):]
+    return "profile", part
 
 
 def parse_rule(metric: str, text: str) -> SloRule:
