@@ -27,8 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-# 2: chunk_offsets_s float32 (was float64); 3: status; 4: retry_after_s; 5: profile
-SCHEMA_VERSION = 5
+# 2: chunk_offsets_s float32 (was float64); 3: status; 4: retry_after_s; 5: profile;
+# 6: adapter
+SCHEMA_VERSION = 6
 # what became of a request, one word (the error column keeps the details):
 REQUEST_STATUSES = (
     "ok",
@@ -73,6 +74,7 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("status", pa.string()),  # one of REQUEST_STATUSES; null in schema-1/2 files
     pa.field("retry_after_s", pa.float64()),  # an HTTP error's Retry-After (seconds); null if none
     pa.field("profile", pa.string()),  # the plan's profile of the request (a mix: its part)
+    pa.field("adapter", pa.string()),  # traffic.lora: the name the request was sent to
 ], metadata={"vllm_slo_samples_schema": str(SCHEMA_VERSION)})
 
 _SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name != OFFSETS_COLUMN)
