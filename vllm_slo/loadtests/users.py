@@ -35,6 +35,7 @@ from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 from vllm_slo.loadtests import arrow_memory, locust_quirks, memory_trace
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
+from vllm_slo.loadtests.lora_split import LoraSplit, request_model
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
@@ -68,6 +69,7 @@ class _Run:
     def __init__(self) -> None:
         self.traffic: TrafficSpec | None = None
         self.model_id = ""
+        self.lora: LoraSplit | None = None  # traffic.lora: the model each conversation names
         self.api_key: str | None = None
         self.run_dir: Path | None = None
         self.plan: RequestPlan | None = None
@@ -95,6 +97,8 @@ class _Run:
         if not runs_users:  # a --processes master: it only needs the traffic (load shapes)
             return
         self.model_id = config.model_id
+        if self.traffic.lora:
+            self.lora = LoraSplit(self.traffic.lora, self.traffic.seed)
         key_env = config.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
         self.process_count = config.process_count
@@ -328,8 +332,10 @@ class _StreamingUser(User):
         request: PlannedRequest = plan.requests[position % len(plan.requests)]
         prompt = (list(request.messages) if traffic.endpoint == "chat"
                   else flatten_for_completions(request.messages))
-        body = request_body(traffic.endpoint, RUN.model_id, prompt, request.max_tokens,
-                            traffic.ignore_eos, traffic.temperature)
+        adapter = (None if RUN.lora is None
+                   else RUN.lora.name_for(request.profile, request.conversation_id))
+        body = request_body(traffic.endpoint, request_model(adapter, RUN.model_id), prompt,
+                            request.max_tokens, traffic.ignore_eos, traffic.temperature)
         # unique per run: process, user, the user's own request count, plan entry
         request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
         self.requests_sent += 1
@@ -340,13 +346,15 @@ class _StreamingUser(User):
             intended_s = outcome.send_perf_s if intended_perf_s is None else intended_perf_s
             start_perf_s = RUN.start_perf_s
             assert start_perf_s is not None  # set by RUN.start() in on_start
-            RUN.record(request_row(
+            row = request_row(
                 request_id=request_id,
                 process_id=os.getpid(), user_id=self.user_id, request=request,
                 endpoint=traffic.endpoint, phase=RUN.phase(intended_s - start_perf_s),
                 intended_perf_s=intended_s,
                 send_unix_s=RUN.wall_clock.unix_s(outcome.send_perf_s), queued=queued,
-                outcome=outcome))
+                outcome=outcome)
+            row["adapter"] = adapter  # traffic.lora's name (base included); None: no split
+            RUN.record(row)
 
         # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
         # of the socket, the client closes it): a timeout row with the chunks so far; a

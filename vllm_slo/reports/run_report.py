@@ -23,8 +23,9 @@ from vllm_slo.reports.analysis.client_health import client_health
 from vllm_slo.reports.analysis.outages import table_outages, table_stalls
 from vllm_slo.reports.analysis.run_metrics import (
     RunSeries,
+    measured_adapters,
+    run_parts,
     run_series,
-    series_by_profile,
     summarize,
 )
 from vllm_slo.reports.analysis.server_crosscheck import latency_crosscheck
@@ -65,6 +66,7 @@ from vllm_slo.scenarios.run_files import (
 )
 from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.scenarios.samples_format import SAMPLES_FILE
+from vllm_slo.scenarios.slo import ADAPTER_PART
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
 # the runner writes run_status.json and samples.parquet on every way out it controls (end,
@@ -160,9 +162,9 @@ def load_run(run_dir: Path) -> LoadedRun:
     cut_short = status.interrupted or bool(status.aborted or status.load_generator_failure)
     series = run_series(table, scenario.traffic.duration_s, cut_short=cut_short)
     summary = summarize(series)
-    parts = {name: (part, summarize(part)) for name, part in series_by_profile(
+    parts = {name: (part, summarize(part)) for name, part in run_parts(
         table, scenario.traffic.duration_s, scenario.traffic.profile == "mix",
-        cut_short).items()}
+        bool(scenario.traffic.lora), cut_short).items()}
     # `p95 < 3x warmup`: thresholds sized from this run's own warm-up, said in the warnings
     sizing = size_rules(scenario.slo.rules(), table, scenario.traffic.warmup_s)
     sized = [rule for rule in sizing.rules if not is_unsized(rule)]
@@ -202,12 +204,16 @@ def load_run(run_dir: Path) -> LoadedRun:
         run_id=run_dir.name, scenario=scenario, provenance=provenance,
         summary=summary, slo_results=slo_results,
         exit_code=choose_exit_code(slo_results, invalid), invalid_reasons=invalid,
-        goodput=goodput(sized, series),
+        goodput=goodput(sized, series, measured_adapter=measured_adapters(table)),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
-        by_profile={name: part_summary for name, (_, part_summary) in parts.items()},
+        by_profile={name: part_summary for name, (_, part_summary) in parts.items()
+                    if not name.startswith(ADAPTER_PART)},
+        by_adapter={name.removeprefix(ADAPTER_PART): part_summary
+                    for name, (_, part_summary) in parts.items()
+                    if name.startswith(ADAPTER_PART)},
         warnings=[*status.warnings, *read_warnings, *sizing.notes])
     return LoadedRun(document, series, table, server_records)
 

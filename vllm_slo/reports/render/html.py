@@ -32,6 +32,7 @@ from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.server_metrics import build_server_series
 from vllm_slo.reports.analysis.summary import (
     MetricEntry,
+    ProfileEntry,
     ReportedEstimate,
     RequestCounts,
     RunSummaryDocument,
@@ -115,12 +116,13 @@ class ProfileTable:
     metric_rows: list[MetricRow]
 
 
-def profile_tables(summary: RunSummaryDocument) -> list[ProfileTable]:
+def profile_tables(parts: Mapping[str, ProfileEntry] | None) -> list[ProfileTable]:
+    """A mix's parts (`by_profile`) or a LoRA mix's names (`by_adapter`), a table each."""
     return [ProfileTable(
         name, f"{part.requests.measured:,} requests ({part.requests.ok:,} ok, "
               f"{part.requests.failed:,} failed), output "
               f"{format_rate(part.output_tokens_per_s, 'tok/s')}",
-        metric_rows(part.metrics)) for name, part in (summary.by_profile or {}).items()]
+        metric_rows(part.metrics)) for name, part in (parts or {}).items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,7 @@ class ReportView:
     summary_columns: list[str]
     metric_rows: list[MetricRow]
     profile_tables: list[ProfileTable]  # a mix's parts; empty for one profile
+    adapter_tables: list[ProfileTable]  # traffic.lora's names (base, adapters); empty: none
     totals: list[tuple[str, str]]
     distribution_figures: list[FigureView]
     time_figures: list[FigureView]
@@ -454,7 +457,8 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary.slos),
         slo_rows=slo_rows(summary.slos), verdict_scope=scope_note(summary.slos),
         summary_columns=list(SUMMARY_COLUMNS),
-        metric_rows=metric_rows(summary.metrics), profile_tables=profile_tables(summary),
+        metric_rows=metric_rows(summary.metrics), profile_tables=profile_tables(summary.by_profile),
+        adapter_tables=profile_tables(summary.by_adapter),
         totals=totals(summary),
         distribution_figures=distribution_figures, time_figures=time_figures, server=server,
         health=health_view,

@@ -118,9 +118,9 @@ def format_threshold(slo: SloEntry) -> str:
 
 
 def slo_name(slo: SloEntry) -> str:
-    """`ttft p95`, `error_rate`, `output_throughput mean`, `chat: itl p99` (a part's rule):
-    what the SLO constrains."""
-    part = f"{slo.rule.profile}: " if slo.rule.profile else ""
+    """`ttft p95`, `error_rate`, `output_throughput mean`, `chat: itl p99` (a part's rule),
+    `adapter:sql: ttft p95` (an adapter's): what the SLO constrains."""
+    part = f"{slo.rule.part}: " if slo.rule.part else ""
     if slo.rule.statistic == "rate":
         return f"{part}{slo.rule.metric}"
     return f"{part}{slo.rule.metric} {slo.rule.statistic}"
@@ -218,7 +218,9 @@ def render_table(summary: RunSummaryDocument) -> str:
         lines.append(OPEN_FOOTNOTE)
     lines.append("")
     lines.append(requests_line(summary))
-    for name, part in (summary.by_profile or {}).items():  # a mix's parts
+    parts = [*(summary.by_profile or {}).items(),  # a mix's parts, a LoRA mix's names
+             *((f"adapter {name}", part) for name, part in (summary.by_adapter or {}).items())]
+    for name, part in parts:
         tails = [f"{metric} p50/p99 {format_latency(p['p50'])}/{format_latency(p['p99'])}"
                  for metric in ("ttft", "itl", "e2e")
                  for p in [part.metrics[metric].percentiles]]
