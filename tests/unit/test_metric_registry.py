@@ -23,7 +23,8 @@ from vllm_slo.scenarios.model import CompareSpec, SloRules
 from vllm_slo.scenarios.slo import parse_rule
 
 EXAMPLE_RULES = {"ttft": "p95 < 2s", "itl": "mean <= 50ms", "tpot": "p50 < 20ms",
-                 "e2e": "p99.9 < 1h", "error_rate": "< 1%",
+                 "e2e": "p99.9 < 1h", "itl_token": "p99 < 40ms", "ttft_answer": "p90 < 2s",
+                 "reasoning_time": "mean < 1s", "error_rate": "< 1%",
                  "output_throughput": "> 100 tok/s", "request_throughput": ">= 2 req/s"}
 
 
@@ -42,9 +43,12 @@ def test_the_slo_block_takes_the_registered_metrics() -> None:
 
 
 def test_kinds_partition_the_registry() -> None:
-    assert LATENCY_METRICS == ("ttft", "itl", "tpot", "e2e")
+    assert LATENCY_METRICS == ("ttft", "itl", "tpot", "e2e", "itl_token", "ttft_answer",
+                               "reasoning_time")
     assert RATE_METRICS == ("output_throughput", "request_throughput")
-    assert PER_REQUEST_LATENCY_METRICS == ("ttft", "tpot", "e2e")  # itl is per gap
+    # itl is per chunk gap, itl_token per token
+    assert PER_REQUEST_LATENCY_METRICS == ("ttft", "tpot", "e2e", "ttft_answer",
+                                           "reasoning_time")
     fractions = [name for name, m in METRICS.items() if m.kind is MetricKind.FRACTION]
     assert fractions == ["error_rate"]
 
@@ -95,7 +99,8 @@ def _series() -> RunSeries:
         ttft_s=latencies, itl_s=latencies / 10, tpot_s=latencies / 10, e2e_s=latencies * 2,
         send_lag_s=np.zeros(10), window_start_unix_s=0.0, window_s=5.0, requests=12,
         failed=2, output_tokens_per_bin=np.array([100.0, 120.0, 110.0, 90.0, 80.0]),
-        completions_per_bin=np.array([2.0, 2.0, 3.0, 2.0, 1.0]))
+        completions_per_bin=np.array([2.0, 2.0, 3.0, 2.0, 1.0]), itl_token_s=latencies / 20,
+        ttft_answer_s=latencies * 1.5, reasoning_time_s=latencies / 2)
 
 
 @pytest.mark.parametrize("metric", list(METRICS))

@@ -92,7 +92,7 @@ def test_request_body_asks_for_usage_and_streaming() -> None:
     body = json.loads(request_body("chat", "tiny", [{"role": "user", "content": "x"}], 8,
                                    True, 0.0))
     assert body["stream"] is True
-    assert body["stream_options"] == {"include_usage": True}
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["ignore_eos"] is True and body["max_tokens"] == 8
     completions = json.loads(request_body("completions", "tiny", "p", 8, False, 0.0))
     assert completions["prompt"] == "p" and "ignore_eos" not in completions

@@ -2,16 +2,23 @@
 socket-timestamping client, and turn the timestamped SSE events into a `RequestOutcome`.
 
 Definitions (README "Measurement definitions"): TTFT is the arrival of the first chunk that
-carries non-empty content (the empty role chunk never counts); chunk offsets are content-chunk
-arrivals; token counts come from the usage chunk, never from chunks. A 200 with an `error`
-event, a malformed payload (not JSON, not UTF-8), or no content at all, is a failed request.
+carries non-empty output of any kind, reasoning (`delta.reasoning` / `delta.reasoning_content`)
+or answer (`delta.content`, `text`); the empty role chunk never counts. Chunk offsets are the
+arrivals of those token chunks; the first answer chunk is kept apart (`first_answer_perf_s`).
+A request's token count comes from the final usage chunk; the tokens each chunk carried from
+per-chunk usage (`continuous_usage_stats`): the rise of `completion_tokens` since the previous
+token chunk (tokens on chunks that carry no output, such as a swallowed `</think>`, count with
+the next token chunk). A server that sends no per-chunk usage leaves them unknown (None),
+never guessed. A 200 with an `error` event, a malformed payload (not JSON, not UTF-8), or no
+output at all, is a failed request; reasoning without an answer is not (see
+`RequestOutcome.first_answer_perf_s`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -34,6 +41,12 @@ class RequestOutcome:
     finish_reason: str | None
     status: str = "ok"  # one of scenarios.samples_format.REQUEST_STATUSES
     retry_after_s: float | None = None  # an HTTP error's Retry-After, in seconds from its end
+    # tokens each chunk of content_chunk_perf_s carried (per-chunk usage); None: not sent
+    chunk_tokens: tuple[int, ...] | None = None
+    # the first chunk with answer content (None: no answer, e.g. reasoning cut by max_tokens)
+    first_answer_perf_s: float | None = None
+    reasoning_chunks: int = 0  # chunks that carried reasoning and no answer content
+    reasoning_tokens: int | None = None  # the server's count, else the reasoning chunks' sum
 
 
 def retry_after_seconds(value: str | None, now_unix_s: float) -> float | None:
@@ -53,18 +66,31 @@ def retry_after_seconds(value: str | None, now_unix_s: float) -> float | None:
     return max(0.0, when.timestamp() - now_unix_s)
 
 
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
 def request_body(endpoint: str, model: str, prompt: str | list[dict[str, str]],
-                 max_tokens: int, ignore_eos: bool, temperature: float) -> bytes:
+                 max_tokens: int, ignore_eos: bool, temperature: float,
+                 reasoning: bool = False, extra_body: Mapping[str, Any] | None = None
+                 ) -> bytes:
+    """The streamed request: usage on every chunk (`continuous_usage_stats`, vLLM's and the
+    stand-in's: the tokens each chunk carried) and at the end. `reasoning`: ask a reasoning
+    model to think (`chat_template_kwargs.enable_thinking`, the Qwen3 / DeepSeek templates'
+    switch). `extra_body`: more top-level fields, as the OpenAI client's `extra_body` (vLLM's
+    sampling extensions: `logit_bias`, `top_k`, `chat_template_kwargs` ...), merged last."""
     body: dict[str, object] = {
-        "model": model, "stream": True, "stream_options": {"include_usage": True},
+        "model": model, "stream": True, "stream_options": dict(STREAM_OPTIONS),
         "max_tokens": max_tokens, "temperature": temperature,
     }
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM extension: exact output lengths
     if endpoint == "chat":
         body["messages"] = prompt
+        if reasoning:
+            body["chat_template_kwargs"] = {"enable_thinking": True}
     else:
         body["prompt"] = prompt
+    body.update(extra_body or {})
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -77,27 +103,60 @@ def _error_text(payload: object) -> str:
     return str(payload)
 
 
+_REASONING_KEYS = (b'"reasoning":"', b'"reasoning_content":"')  # vLLM 0.32 sends the first
+_USAGE_TOKENS = b'"completion_tokens":'
+
+
+def _nonempty_string_at(payload: bytes, key: bytes) -> bool:
+    at = payload.find(key) + len(key)
+    return len(key) < at < len(payload) and payload[at] != 34  # 34: '"': an empty string
+
+
+def _usage_tokens(payload: bytes) -> int | None:
+    """`usage.completion_tokens` of a well-formed vLLM chunk, read without parsing (None: not
+    an integer there). Bare `"` never occurs inside a JSON string, so the key is the key."""
+    usage = payload.find(b'"usage":{')
+    if usage < 0:
+        return None
+    at = payload.find(_USAGE_TOKENS, usage)
+    if at < 0:
+        return None
+    start = at + len(_USAGE_TOKENS)
+    end = start
+    while end < len(payload) and 48 <= payload[end] <= 57:  # digits
+        end += 1
+    return int(payload[start:end]) if end > start else None
+
+
 class OutcomeBuilder:
     """Classifies each SSE payload as it arrives (right after its arrival was stamped), so the
     work is spread over the stream instead of landing in one burst at its end — a burst that,
     when many streams end together (closed loop), delayed every other stream's reads by
     milliseconds. Pure: no I/O.
 
-    vLLM's token chunks all look alike; one that carries content, has `finish_reason: null`,
-    no usage and no error, is well-formed UTF-8, opens with `{` and ends as vLLM's do (`}]}`,
-    the choices list closing: a payload cut short ends otherwise) takes the fast path (a few
-    byte searches, no JSON parsing). Everything else — the role chunk, the last
+    vLLM's token chunks all look alike; one that carries content (or, chat, reasoning), has
+    `finish_reason: null`, no error, is well-formed UTF-8, opens with `{` and ends as vLLM's
+    do (`}]}`, the choices list closing; or, with per-chunk usage, `}}` with balanced braces
+    and an integer `completion_tokens`: a payload cut short ends otherwise) takes the fast
+    path (a few byte searches, no JSON parsing). Everything else — the role chunk, the last
     token chunk, the usage chunk, error events, anything unusual — is parsed with `json`.
     """
 
-    __slots__ = ("_content_key", "_endpoint", "chunk_times", "done", "error", "error_status",
-                 "fast_events",
-                 "finish_reason", "usage")
+    __slots__ = ("_content_key", "_endpoint", "_tokens_seen", "chunk_times", "chunk_tokens",
+                 "done", "error", "error_status", "fast_events", "finish_reason",
+                 "first_answer_s", "reasoning_chunks", "reasoning_sum", "tokens_known",
+                 "usage")
 
     def __init__(self, endpoint: str) -> None:
         self._endpoint = endpoint
         self._content_key = b'"content":"' if endpoint == "chat" else b'"text":"'
         self.chunk_times: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.tokens_known = True  # every token chunk so far carried usage
+        self._tokens_seen = 0  # completion_tokens at the previous token chunk
+        self.first_answer_s: float | None = None
+        self.reasoning_chunks = 0
+        self.reasoning_sum = 0
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
@@ -105,16 +164,39 @@ class OutcomeBuilder:
         self.done = False
         self.fast_events = 0
 
+    def _token_chunk(self, arrived_at_s: float, answer: bool, completion_tokens: object
+                     ) -> None:
+        self.chunk_times.append(arrived_at_s)
+        if isinstance(completion_tokens, int) and not isinstance(completion_tokens, bool):
+            carried = completion_tokens - self._tokens_seen
+            self._tokens_seen = completion_tokens
+        else:
+            carried, self.tokens_known = 0, False
+        self.chunk_tokens.append(carried)
+        if answer:
+            if self.first_answer_s is None:
+                self.first_answer_s = arrived_at_s
+        else:
+            self.reasoning_chunks += 1
+            self.reasoning_sum += carried
+
     def event(self, arrived_at_s: float, payload: bytes) -> None:
-        key = self._content_key
-        at = payload.find(key)
-        if (at > 0 and payload[at + len(key)] != 34  # 34: '"' — an empty string is no content
-                and payload[0] == 123 and payload[-3:] == b"}]}"  # '{' ... choices' end
-                and b'"finish_reason":null' in payload and b'"usage"' not in payload
-                and b'"error"' not in payload and _is_utf8(payload)):
-            self.chunk_times.append(arrived_at_s)
-            self.fast_events += 1
-            return
+        answer = _nonempty_string_at(payload, self._content_key)
+        thought = not answer and self._endpoint == "chat" and (
+            _nonempty_string_at(payload, _REASONING_KEYS[0])
+            or _nonempty_string_at(payload, _REASONING_KEYS[1]))
+        if ((answer or thought) and payload[0] == 123  # '{'
+                and b'"finish_reason":null' in payload and b'"error"' not in payload):
+            if payload[-3:] == b"}]}" and b'"usage"' not in payload and _is_utf8(payload):
+                self._token_chunk(arrived_at_s, answer, None)
+                self.fast_events += 1
+                return
+            if payload[-2:] == b"}}" and payload.count(b"{") == payload.count(b"}"):
+                tokens = _usage_tokens(payload)
+                if tokens is not None and _is_utf8(payload):
+                    self._token_chunk(arrived_at_s, answer, tokens)
+                    self.fast_events += 1
+                    return
         self._parse(arrived_at_s, payload)
 
     def _parse(self, arrived_at_s: float, payload: bytes) -> None:
@@ -135,17 +217,38 @@ class OutcomeBuilder:
             self.error, self.error_status = f"error event: {_error_text(parsed)}", \
                 "stream_error"
             return
-        if parsed.get("usage"):
-            self.usage = parsed["usage"]
+        usage = parsed.get("usage")
+        if usage:
+            self.usage = usage
+        completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         for choice in parsed.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            piece = ((choice.get("delta") or {}).get("content") if self._endpoint == "chat"
-                     else choice.get("text"))
-            if piece:
-                self.chunk_times.append(arrived_at_s)
+            if self._endpoint == "chat":
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                thought = delta.get("reasoning") or delta.get("reasoning_content")
+            else:
+                piece, thought = choice.get("text"), None
+            if piece or thought:
+                self._token_chunk(arrived_at_s, bool(piece), completion_tokens)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+    def per_chunk_tokens(self) -> tuple[int, ...] | None:
+        """The tokens each token chunk carried, when every one of them came with usage."""
+        return tuple(self.chunk_tokens) if self.tokens_known and self.chunk_times else None
+
+    def reasoning_tokens(self) -> int | None:
+        """The server's reasoning count (`usage.completion_tokens_details.reasoning_tokens`,
+        vLLM with a reasoning parser), else the reasoning chunks' per-chunk sum; None when
+        neither is known, 0 for a request without reasoning."""
+        details = (self.usage or {}).get("completion_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+            return int(details["reasoning_tokens"])
+        if not self.reasoning_chunks:
+            return 0
+        return self.reasoning_sum if self.tokens_known else None
 
     def outcome(self, response: StreamedResponse, send_perf_s: float) -> RequestOutcome:
         end = response.ended_at_s if response.ended_at_s is not None else send_perf_s
@@ -189,7 +292,9 @@ class OutcomeBuilder:
             send_perf_s, response.status, error is None, error, tuple(self.chunk_times), end,
             usage.get("completion_tokens") if usage else None,
             usage.get("prompt_tokens") if usage else None,
-            self.finish_reason, status if error is not None else "ok")
+            self.finish_reason, status if error is not None else "ok",
+            chunk_tokens=self.per_chunk_tokens(), first_answer_perf_s=self.first_answer_s,
+            reasoning_chunks=self.reasoning_chunks, reasoning_tokens=self.reasoning_tokens())
 
 
 def _transport_status(error: str) -> str:
@@ -230,6 +335,9 @@ def send_streamed(client: HttpStreamClient, endpoint: str, body: bytes,
             on_cancel(RequestOutcome(
                 send_perf_s, 0, False, f"cancelled ({type(exc).__name__}): the run stopped "
                 "while the request was in flight", tuple(builder.chunk_times),
-                time.perf_counter(), None, None, None, "cancelled"))
+                time.perf_counter(), None, None, None, "cancelled",
+                chunk_tokens=builder.per_chunk_tokens(),
+                first_answer_perf_s=builder.first_answer_s,
+                reasoning_chunks=builder.reasoning_chunks))
         raise
     return builder.outcome(response, send_perf_s)

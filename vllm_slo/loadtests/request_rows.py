@@ -46,4 +46,9 @@ def request_row(*, request_id: str, process_id: int, user_id: int, request: Plan
         "status": outcome.status,
         "retry_after_s": outcome.retry_after_s,
         "profile": request.profile or None,
+        "chunk_tokens": outcome.chunk_tokens,
+        "ttft_answer_s": (None if outcome.first_answer_perf_s is None
+                          else outcome.first_answer_perf_s - intended_perf_s),
+        "reasoning_chunks": outcome.reasoning_chunks,
+        "reasoning_tokens": outcome.reasoning_tokens,
     }

@@ -57,6 +57,12 @@ class MeasuredRun(Protocol):
     @property
     def itl_s(self) -> np.ndarray: ...
     @property
+    def itl_token_s(self) -> np.ndarray: ...
+    @property
+    def ttft_answer_s(self) -> np.ndarray: ...
+    @property
+    def reasoning_time_s(self) -> np.ndarray: ...
+    @property
     def tpot_s(self) -> np.ndarray: ...
     @property
     def e2e_s(self) -> np.ndarray: ...
@@ -160,6 +166,14 @@ for _metric in (
            lambda run: run.tpot_s, "", "request"),
     Metric("e2e", MetricKind.LATENCY, "End-to-end latency", "", True,
            lambda run: run.e2e_s, "", "request"),
+    # multi-token chunks and reasoning (README "Measurement definitions"): itl above is per
+    # chunk gap (vLLM bench's); itl_token spreads a gap over the k tokens its chunk carried
+    Metric("itl_token", MetricKind.LATENCY, "Inter-token latency per token", "", True,
+           lambda run: run.itl_token_s, "", "token"),
+    Metric("ttft_answer", MetricKind.LATENCY, "Time to first answer token", "", True,
+           lambda run: run.ttft_answer_s, "", "request"),
+    Metric("reasoning_time", MetricKind.LATENCY, "Reasoning time", "", True,
+           lambda run: run.reasoning_time_s, "", "request"),
     Metric("error_rate", MetricKind.FRACTION, "Error rate", "", True, None, "error_rate", ""),
     Metric("output_throughput", MetricKind.RATE, "Output throughput", "tok/s", False,
            lambda run: run.output_tokens_per_bin, "output_tokens_per_s", "1-s bin"),

@@ -10,6 +10,12 @@ send) is float32 since schema 2: 4 bytes a chunk, so 250 M chunks are 1 GB, at a
 2^-24 of the offset (≤ 0.5 µs below 8 s, ≤ 4 µs below 60 s, ≤ 61 µs below 1,000 s). Schema 1
 files (float64 offsets) stay readable: `reports.samples.conform` casts them.
 
+`chunk_tokens` (schema 6) holds the tokens each of those chunks carried, from the server's
+per-chunk usage (int16, 2 bytes a chunk); null where the server sent none (and in every row
+written before schema 6): the analysis then says those tokens are unknown, never guesses.
+The chunks are the token chunks of any kind, reasoning and answer; `ttft_answer_s` is the
+first answer chunk's, `reasoning_chunks` how many of them carried reasoning only.
+
 `SampleWriter` runs inside the Locust process's event loop: `append` files a row's values into
 per-column buffers (the offsets into one flat float32 array) and `flush` builds each column
 once, so a flush of 200 rows × 256 chunks costs about a millisecond, not the tens of
@@ -28,7 +34,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 # 2: chunk_offsets_s float32 (was float64); 3: status; 4: retry_after_s; 5: profile;
-# 6: adapter
+# 6: chunk_tokens, ttft_answer_s, reasoning_chunks, reasoning_tokens; adapter
 SCHEMA_VERSION = 6
 # what became of a request, one word (the error column keeps the details):
 REQUEST_STATUSES = (
@@ -46,6 +52,9 @@ SAMPLES_DIR = "samples"
 SAMPLES_FILE = "samples.parquet"
 OFFSETS_COLUMN = "chunk_offsets_s"
 OFFSET_TYPE = pa.float32()
+TOKENS_COLUMN = "chunk_tokens"
+TOKENS_TYPE = pa.int16()
+_LIST_COLUMNS = (OFFSETS_COLUMN, TOKENS_COLUMN)
 
 SAMPLE_SCHEMA = pa.schema([
     pa.field("request_id", pa.string(), nullable=False),
@@ -75,9 +84,13 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("retry_after_s", pa.float64()),  # an HTTP error's Retry-After (seconds); null if none
     pa.field("profile", pa.string()),  # the plan's profile of the request (a mix: its part)
     pa.field("adapter", pa.string()),  # traffic.lora: the name the request was sent to
+    pa.field(TOKENS_COLUMN, pa.list_(TOKENS_TYPE)),  # tokens each chunk carried; null: unknown
+    pa.field("ttft_answer_s", pa.float64()),  # first answer chunk - intended send; null if none
+    pa.field("reasoning_chunks", pa.int32()),  # chunks carrying reasoning and no answer
+    pa.field("reasoning_tokens", pa.int32()),  # server's count, else per-chunk sum; null: unknown
 ], metadata={"vllm_slo_samples_schema": str(SCHEMA_VERSION)})
 
-_SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name != OFFSETS_COLUMN)
+_SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name not in _LIST_COLUMNS)
 
 
 def _float32_offsets(offsets: Sequence[float] | np.ndarray) -> array[float]:
@@ -109,6 +122,9 @@ class SampleWriter:
         self._flat = array("f")
         self._ends = array("i", [0])  # list offsets into _flat
         self._missing: list[bool] = []  # rows without chunk_offsets_s (a null list)
+        self._tokens = array("h")
+        self._token_ends = array("i", [0])
+        self._tokens_missing: list[bool] = []
         self._rows = 0
 
     def append(self, row: dict[str, Any]) -> None:
@@ -120,6 +136,11 @@ class SampleWriter:
             self._flat.extend(_float32_offsets(offsets))
         self._missing.append(offsets is None)
         self._ends.append(len(self._flat))
+        tokens = get(TOKENS_COLUMN)
+        if tokens is not None:
+            self._tokens.extend(min(int(k), 32767) for k in tokens)
+        self._tokens_missing.append(tokens is None)
+        self._token_ends.append(len(self._tokens))
         self._rows += 1
 
     def _batch(self) -> pa.RecordBatch:
@@ -128,8 +149,15 @@ class SampleWriter:
         mask = pa.array(self._missing, type=pa.bool_()) if any(self._missing) else None
         offsets = pa.ListArray.from_arrays(
             pa.array(np.frombuffer(self._ends, dtype=np.int32)), values, mask=mask)
+        tokens_mask = (pa.array(self._tokens_missing, type=pa.bool_())
+                       if any(self._tokens_missing) else None)
+        tokens = pa.ListArray.from_arrays(
+            pa.array(np.frombuffer(self._token_ends, dtype=np.int32)),
+            pa.array(np.frombuffer(self._tokens, dtype=np.int16), type=TOKENS_TYPE),
+            mask=tokens_mask)
         by_name = dict(zip((f.name for f in _SCALAR_FIELDS), arrays, strict=True))
         by_name[OFFSETS_COLUMN] = offsets
+        by_name[TOKENS_COLUMN] = tokens
         return pa.RecordBatch.from_arrays([by_name[f.name] for f in SAMPLE_SCHEMA],
                                           schema=SAMPLE_SCHEMA)
 

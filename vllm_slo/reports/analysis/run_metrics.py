@@ -5,7 +5,12 @@ Definitions (README "Measurement definitions"):
 - ITL: gaps between successive content chunks of a request, pooled over requests (vLLM's), in
   the order the gaps ended (wall clock): a stall that hits every stream at once is then one
   cluster of gaps, and the percentile interval's effective sample size sees it as such.
-- TPOT: (E2E − TTFT) / (output tokens − 1), per request with ≥ 2 output tokens.
+- TPOT: (E2E − TTFT) / (output tokens − 1), per request with ≥ 2 output tokens (usage count).
+- Chunks are token chunks of any kind (reasoning and answer); TTFT is the first of them.
+  ITL_TOKEN: each gap g ending in a chunk of k tokens as k gaps of g/k (`chunk_tokens`).
+  TTFT_ANSWER: first answer (content) chunk − intended send; REASONING_TIME: first answer
+  chunk − first token chunk, for requests that reasoned and answered. A request that
+  reasoned and never answered is a success without a TTFT_ANSWER, counted in `StreamFacts`.
 - Only rows in the `measure` phase count; warm-up and cool-down rows are kept on disk.
 - Output throughput: output tokens of successful requests whose chunks *arrived* inside the
   measured window, per second (a request straddling a boundary counts partly; a chunk carrying
@@ -31,6 +36,11 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from vllm_slo.reports.analysis.chunk_times import gaps_in_arrival_order, tokens_by_arrival
+from vllm_slo.reports.analysis.chunk_tokens import (
+    StreamFacts,
+    stream_facts,
+    token_gaps_in_arrival_order,
+)
 from vllm_slo.reports.analysis.effective_size import effective_sample_size
 from vllm_slo.reports.analysis.inputs import check_confidence
 from vllm_slo.reports.analysis.statistics import (
@@ -79,6 +89,11 @@ class RunSeries:
     # the span the rates are over (None: window_s) and each bin's length (empty: 1 s each)
     rate_span_s: float | None = None
     bin_widths_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # multi-token chunks and reasoning (schema 6; empty for older runs where unknown)
+    itl_token_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+    ttft_answer_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+    reasoning_time_s: np.ndarray = field(default_factory=lambda: np.empty(0))
+    stream: StreamFacts | None = None
 
     @property
     def span_s(self) -> float:
@@ -143,6 +158,7 @@ class RunSummary:
     errors_by_kind: dict[str, int]
     warnings: tuple[str, ...]
     rate_span_s: float = 0.0  # the seconds every rate above is over (window_s unless cut short)
+    stream: StreamFacts | None = None  # tokens per chunk and reasoning (None: not computed)
 
 
 def error_kind(text: str) -> str:
@@ -312,6 +328,22 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
     column = table.column("chunk_offsets_s")  # one chunk: no copy of 250 M offsets
     chunk_offsets = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     itl = gaps_in_arrival_order(chunk_offsets, intended, good)
+    tokens_column = table.column("chunk_tokens")
+    chunk_tokens = (tokens_column.chunk(0) if tokens_column.num_chunks == 1
+                    else tokens_column.combine_chunks())
+    itl_token = token_gaps_in_arrival_order(chunk_offsets, chunk_tokens, intended, good)
+    reasoning_column = table.column("reasoning_chunks")
+    before_schema_6 = ~reasoning_column.is_valid().to_numpy(zero_copy_only=False)
+    reasoning_chunks = _column(table, "reasoning_chunks").copy()
+    reasoning_chunks[before_schema_6] = 0.0
+    ttft_answer_all = _column(table, "ttft_answer_s").copy()
+    ttft_answer_all[before_schema_6] = ttft_all[before_schema_6]  # content chunks only then
+    answered = ~np.isnan(ttft_answer_all)
+    with np.errstate(invalid="ignore"):
+        reasoning_time_all = np.where(reasoning_chunks > 0, ttft_answer_all - ttft_all, 0.0)
+    reasoned = good & (reasoning_chunks > 0) & answered
+    facts = stream_facts(chunk_tokens, good, reasoning_chunks, answered,
+                         _column(table, "reasoning_tokens"))
     window_start = float(intended[measured].min()) if measured.any() else None
     span_s = rate_span_s(window_start, window_s, stopped_unix_s)
     widths = span_bins(span_s, bin_s)
@@ -345,8 +377,11 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
         output_tokens=floats("output_tokens", good),
         measured_ok=ok[measured], measured_send_unix_s=intended[measured],
         measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
-                            "e2e": e2e_all[measured]},
-        measured_profile=_profiles(table)[measured], rate_span_s=span_s, bin_widths_s=widths)
+                            "e2e": e2e_all[measured], "ttft_answer": ttft_answer_all[measured],
+                            "reasoning_time": reasoning_time_all[measured]},
+        measured_profile=_profiles(table)[measured], rate_span_s=span_s, bin_widths_s=widths,
+        itl_token_s=itl_token, ttft_answer_s=ttft_answer_all[good & answered],
+        reasoning_time_s=reasoning_time_all[reasoned], stream=facts)
 
 
 def _profiles(table: pa.Table) -> np.ndarray:
@@ -374,6 +409,15 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
     if series.ok_without_usage:
         warnings.append(f"{series.ok_without_usage} successful request(s) carried no usage "
                         "chunk: their output tokens are unknown and count in no throughput")
+    facts = series.stream
+    if facts is not None and facts.requests_without_chunk_tokens:
+        warnings.append(f"{facts.requests_without_chunk_tokens} successful request(s) came "
+                        "without per-chunk usage (continuous_usage_stats): their tokens per "
+                        "chunk are unknown and itl_token leaves them out")
+    if facts is not None and facts.reasoning_without_answer:
+        warnings.append(f"{facts.reasoning_without_answer} successful request(s) reasoned and "
+                        "never answered (no content chunk): ttft_answer and reasoning_time "
+                        "leave them out")
     span_s = series.span_s
     if span_s < series.window_s:
         warnings.append(f"traffic stopped {span_s:.2f} s into the {series.window_s:g} s "
@@ -395,7 +439,7 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
         queued_for_slot=series.queued_for_slot, reused_prompts=series.reused_prompts,
         sent_per_s=series.requests / span_s if span_s else 0.0,
         window_s=series.window_s, errors_by_kind=series.errors_by_kind,
-        warnings=tuple(warnings), rate_span_s=span_s)
+        warnings=tuple(warnings), rate_span_s=span_s, stream=facts)
 
 
 def measured_profiles(table: pa.Table) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vllm_slo.reports.analysis.chunk_tokens import StreamFacts
 from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import RunSummary
 from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
@@ -296,6 +297,7 @@ class RunSummaryDocument(EchoesScenario):
     by_profile: Mapping[str, ProfileEntry] | None = None  # a mix's parts; None: one profile
     by_adapter: Mapping[str, ProfileEntry] | None = None  # traffic.lora's names; None: no split
     rate_span_s: float | None = None  # the seconds the rates are over (None: window_s)
+    stream: StreamFacts | None = None  # tokens per chunk and reasoning (None: not computed)
 
     def to_json_dict(self) -> dict[str, Any]:
         """summary.json's content (JSON types only, in the documented key order; `by_profile`
@@ -321,6 +323,7 @@ class RunSummaryDocument(EchoesScenario):
             "server_crosscheck": (None if self.server_crosscheck is None
                                   else self.server_crosscheck.to_json_dict()),
             "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
+            **({} if self.stream is None else {"stream": self.stream.to_json_dict()}),
             **({} if self.by_profile is None else {"by_profile": {
                 name: part.to_json_dict() for name, part in self.by_profile.items()}}),
             **({} if self.by_adapter is None else {"by_adapter": {
@@ -382,4 +385,5 @@ def build_summary(
         by_adapter=({name: ProfileEntry.of(part) for name, part in by_adapter.items()}
                     if by_adapter else None),
         rate_span_s=summary.rate_span_s,
+        stream=summary.stream,
     )

@@ -254,7 +254,8 @@ def figure_json(figure: go.Figure) -> str:
 
 
 def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
-    figure = make_subplots(rows=2, cols=2, vertical_spacing=0.14,
+    grid_rows = (len(LATENCY_METRICS) + 1) // 2
+    figure = make_subplots(rows=grid_rows, cols=2, vertical_spacing=0.28 / grid_rows,
                            subplot_titles=[METRICS[m].title for m in LATENCY_METRICS])
     for index, metric in enumerate(LATENCY_METRICS):
         row, col = divmod(index, 2)
@@ -272,7 +273,7 @@ def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
     note = f"; ≤ {MAX_ECDF_POINTS:,} quantiles a curve" if thinned else ""
     figure.update_layout(title="Latency distributions (ECDF, measured window, successful "
                                f"requests{note})",
-                         **{**_LAYOUT, "height": 700, "margin": _SUBPLOT_MARGIN,
+                         **{**_LAYOUT, "height": 350 * grid_rows, "margin": _SUBPLOT_MARGIN,
                             "showlegend": not _single(series_by_label)})
     return figure_json(figure)
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
 
+from vllm_slo.reports.analysis.chunk_tokens import StreamFacts
 from vllm_slo.reports.analysis.client_health import ClientHealth
 from vllm_slo.reports.analysis.run_metrics import RunSeries, failure_kinds
 from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
@@ -290,6 +291,26 @@ def load_rows(traffic: TrafficFacts, measured: int) -> list[tuple[str, str]]:
     return [(key, redact_text(value)) for key, value in rows]
 
 
+def stream_rows(facts: StreamFacts | None) -> list[tuple[str, str]]:
+    """What the streams carried (summary.json "stream"): tokens per chunk and reasoning."""
+    if facts is None:
+        return []
+    rows = [("tokens per chunk (source)", facts.chunk_tokens_source)]
+    if facts.tokens_per_chunk_mean is not None and facts.multi_token_chunk_share is not None:
+        rows.append(("tokens per chunk", f"mean {facts.tokens_per_chunk_mean:.2f}, max "
+                     f"{facts.tokens_per_chunk_max}, {facts.multi_token_chunk_share:.1%} of "
+                     f"{facts.chunks:,} chunks carry 2+"))
+    if facts.requests_without_chunk_tokens:
+        rows.append(("requests without per-chunk usage",
+                     f"{facts.requests_without_chunk_tokens:,}"))
+    if facts.reasoning_requests:
+        tokens = ("" if facts.reasoning_tokens_mean is None
+                  else f", mean {facts.reasoning_tokens_mean:.1f} reasoning tokens")
+        rows.append(("reasoning requests", f"{facts.reasoning_requests:,} "
+                     f"({facts.reasoning_without_answer:,} without an answer{tokens})"))
+    return rows
+
+
 def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else format_duration_s(seconds)
 
@@ -438,7 +459,8 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
                      f"late; open-loop TTFT includes this lag (it is measured from the "
                      f"intended send time).")
     health_view = HealthView(
-        load=load_rows(summary.traffic, summary.requests.measured),
+        load=[*load_rows(summary.traffic, summary.requests.measured),
+              *stream_rows(summary.stream)],
         send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
         chunks=chunk_rows, errors=error_rows(summary.requests, table),
         figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),

@@ -161,6 +161,28 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.1f}ms"
 
 
+def stream_line(summary: RunSummaryDocument) -> str | None:
+    """`stream: 2.31 tokens/chunk (max 4, 61.0% of 1,204 chunks carry 2+; per-chunk usage) ·
+    reasoning in 40 requests (mean 96.0 tokens), 2 without an answer`; None when the
+    document has no stream facts or nothing to say."""
+    facts = summary.stream
+    if facts is None:
+        return None
+    parts = []
+    if facts.tokens_per_chunk_mean is not None and facts.multi_token_chunk_share is not None:
+        parts.append(f"{facts.tokens_per_chunk_mean:.2f} tokens/chunk (max "
+                     f"{facts.tokens_per_chunk_max}, {facts.multi_token_chunk_share:.1%} of "
+                     f"{facts.chunks:,} chunks carry 2+; {facts.chunk_tokens_source})")
+    elif facts.requests_without_chunk_tokens:
+        parts.append(f"tokens/chunk {facts.chunk_tokens_source}")
+    if facts.reasoning_requests:
+        tokens = ("" if facts.reasoning_tokens_mean is None
+                  else f" (mean {facts.reasoning_tokens_mean:.1f} tokens)")
+        parts.append(f"reasoning in {facts.reasoning_requests} requests{tokens}, "
+                     f"{facts.reasoning_without_answer} without an answer")
+    return "stream: " + " · ".join(parts) if parts else None
+
+
 def client_line(summary: RunSummaryDocument) -> str | None:
     """`client: busy 99.9% of 8 users (7.26 in flight, min 0) · re-send gap p50/p99 1.2/3.9ms ·
     loop lag p99 2.9ms (max 29.2ms) · CPU p50 4% · 1.02 events/read`: the load generator's
@@ -218,6 +240,9 @@ def render_table(summary: RunSummaryDocument) -> str:
         lines.append(OPEN_FOOTNOTE)
     lines.append("")
     lines.append(requests_line(summary))
+    stream = stream_line(summary)
+    if stream is not None:
+        lines.append(stream)
     parts = [*(summary.by_profile or {}).items(),  # a mix's parts, a LoRA mix's names
              *((f"adapter {name}", part) for name, part in (summary.by_adapter or {}).items())]
     for name, part in parts:

@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrency", type=int, default=0, help="requests served at once; 0: unlimited"
     )
     p.add_argument("--tokens-per-chunk", type=int, default=d.tokens_per_chunk)
+    p.add_argument("--chunk-pattern", default="",
+                   help="tokens of each chunk in turn, comma-separated (e.g. 1,3,2)")
+    p.add_argument("--reasoning-tokens", type=int, default=d.reasoning_tokens,
+                   help="chat: the first N tokens of each answer are sent as reasoning")
+    p.add_argument("--reasoning-field", default=d.reasoning_field,
+                   choices=("reasoning", "reasoning_content"))
     p.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens)
     p.add_argument("--fault", choices=(*FAULT_KINDS, MIXED), default=None,
                    help=f"inject this fault ({MIXED}: every kind in turn)")
@@ -111,6 +117,9 @@ def config_from_args(args: argparse.Namespace) -> StandinConfig:
         jitter_s=args.jitter,
         max_concurrency=args.max_concurrency or None,
         tokens_per_chunk=args.tokens_per_chunk,
+        chunk_pattern=tuple(int(k) for k in args.chunk_pattern.split(",") if k.strip()),
+        reasoning_tokens=args.reasoning_tokens,
+        reasoning_field=args.reasoning_field,
         default_max_tokens=args.default_max_tokens,
         fault_kind=args.fault,
         fault_rate=args.fault_rate,

@@ -23,6 +23,11 @@ class StandinConfig:
     jitter_s: float = 0.0
     max_concurrency: int | None = None  # None: unlimited; else a FIFO queue before `start`
     tokens_per_chunk: int = 1
+    # tokens of each chunk in turn, cycled from the first chunk (e.g. (1, 3, 2)); overrides
+    # tokens_per_chunk (speculative decoding's uneven chunks, with known truth)
+    chunk_pattern: tuple[int, ...] = ()
+    reasoning_tokens: int = 0  # chat: the first N tokens are reasoning, the rest the answer
+    reasoning_field: str = "reasoning"  # the delta key: vLLM 0.32's; or "reasoning_content"
     default_max_tokens: int = 16
     fault_kind: str | None = None  # applied to each request with probability fault_rate
     fault_rate: float = 1.0
@@ -40,6 +45,16 @@ class StandinConfig:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ValueError(f"StandinConfig.{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.chunk_pattern, tuple) or not all(
+                is_int(k) and k >= 1 for k in self.chunk_pattern):
+            raise ValueError("StandinConfig.chunk_pattern must be a tuple of integers >= 1, "
+                             f"got {self.chunk_pattern!r}")
+        if not is_int(self.reasoning_tokens) or self.reasoning_tokens < 0:
+            raise ValueError("StandinConfig.reasoning_tokens must be an integer >= 0, "
+                             f"got {self.reasoning_tokens!r}")
+        if self.reasoning_field not in ("reasoning", "reasoning_content"):
+            raise ValueError("StandinConfig.reasoning_field must be reasoning or "
+                             f"reasoning_content, got {self.reasoning_field!r}")
         if self.max_concurrency is not None and (
             not is_int(self.max_concurrency) or self.max_concurrency < 1
         ):

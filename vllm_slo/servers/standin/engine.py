@@ -9,8 +9,13 @@ Timing model (all times from a monotonic clock, scheduled as absolute deadlines 
 * token ``i`` is "generated" at ``start + ttft_s + i * itl_s`` (+ uniform ``[0, jitter_s]``);
   a chunk is sent when its last token is generated. Chunks hold one token, or, with
   ``tokens_per_chunk = k``, the first token alone and then ``k`` tokens each (vLLM
-  ``--stream-interval``). Usage chunk, ``[DONE]`` and the terminating HTTP chunk follow the last
-  token chunk at once, each as its own write.
+  ``--stream-interval``), or, with ``chunk_pattern``, the pattern's sizes in turn from the
+  first chunk (speculative decoding's uneven chunks). Usage chunk, ``[DONE]`` and the
+  terminating HTTP chunk follow the last token chunk at once, each as its own write. With
+  ``stream_options.continuous_usage_stats`` every chunk carries usage (as vLLM's: the role
+  chunk 0 completion tokens, each token chunk the count so far).
+* chat with ``reasoning_tokens = r``: tokens ``0 .. r-1`` are sent as reasoning (the delta's
+  ``reasoning_field``), the rest as content; no chunk spans the boundary.
 * non-streaming responses are sent whole at the time of the last token.
 
 The faults that change the generated tokens (``no_tokens``, ``drop_mid_stream``, ``xss``) are
@@ -143,18 +148,35 @@ class Engine:
             offsets.append(previous)
         return offsets
 
-    def _chunk_ranges(self, n: int) -> list[tuple[int, int]]:
+    def _chunk_ranges(self, n: int, reasoning: int = 0) -> list[tuple[int, int]]:
         if n == 0:
             return []
-        ranges = [(0, 1)]
+        pattern = self.config.chunk_pattern
+        ranges = [(0, pattern[0] if pattern else 1)]
         while ranges[-1][1] < n:
             start = ranges[-1][1]
-            ranges.append((start, min(start + self.config.tokens_per_chunk, n)))
+            size = pattern[len(ranges) % len(pattern)] if pattern else (
+                self.config.tokens_per_chunk)
+            ranges.append((start, start + size))
+        ranges[-1] = (ranges[-1][0], n)
+        if 0 < reasoning < n:  # split the chunk that spans the reasoning's end
+            ranges = [piece for a, b in ranges
+                      for piece in ([(a, reasoning), (reasoning, b)] if a < reasoning < b
+                                    else [(a, b)])]
         return ranges
 
     def _texts(self, ranges: list[tuple[int, int]], fault: str | None) -> list[str]:
         words = XSS_WORDS if fault == "xss" else _WORDS
         return ["".join(words[i % len(words)] for i in range(a, b)) for a, b in ranges]
+
+    @staticmethod
+    def _usage(params: Params, completion_tokens: int) -> dict[str, object]:
+        """A chunk's per-chunk usage (continuous_usage_stats), or nothing."""
+        if not params.continuous_usage:
+            return {}
+        return {"usage": {"prompt_tokens": params.prompt_tokens,
+                          "total_tokens": params.prompt_tokens + completion_tokens,
+                          "completion_tokens": completion_tokens}}
 
     async def _stream(
         self,
@@ -169,7 +191,8 @@ class Engine:
         assert start is not None
         n = 0 if fault == "no_tokens" else params.max_tokens
         offsets = self._token_offsets(n)
-        ranges = self._chunk_ranges(n)
+        reasoning = self.config.reasoning_tokens if chat else 0
+        ranges = self._chunk_ranges(n, reasoning)
         texts = self._texts(ranges, fault)
         drop_at = params.max_tokens // 2 if fault == "drop_mid_stream" else None
         created = int(time.time())
@@ -184,7 +207,7 @@ class Engine:
             await sleep_until(start + min(self.config.role_delay_s, first_offset))
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
             role.update(logprobs=None, finish_reason=None)
-            event = sse({**base, "choices": [role]})
+            event = sse({**base, "choices": [role], **self._usage(params, 0)})
             trace.last_chunk_s = await write(
                 writer, _without_data_field(event) if fault == "no_data" else event)
         for (a, b), text in zip(ranges, texts, strict=True):
@@ -196,11 +219,12 @@ class Engine:
             await sleep_until(start + offsets[b - 1])
             finish = "length" if b == n else None
             if chat:
-                choice = {"index": 0, "delta": {"content": text}, "logprobs": None}
+                key = self.config.reasoning_field if b <= reasoning else "content"
+                choice = {"index": 0, "delta": {key: text}, "logprobs": None}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None}
             choice.update(finish_reason=finish, stop_reason=None)
-            event = sse({**base, "choices": [choice]})
+            event = sse({**base, "choices": [choice], **self._usage(params, b)})
             if b == n // 2 + 1 and fault in ("bad_json", "bad_utf8"):
                 event = _broken(event, fault)
             elif fault == "no_data":

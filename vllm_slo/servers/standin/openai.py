@@ -48,6 +48,7 @@ class Params:
     max_tokens: int
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # usage on every chunk (stream_options)
 
 
 def sse(obj: Any) -> bytes:
@@ -123,7 +124,9 @@ def parse_completion(req: Request, chat: bool, config: StandinConfig) -> Params:
             400, "BadRequestError", "Stream options can only be defined when `stream=True`."
         )
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-    return Params(prompt_tokens, max_tokens, stream, include_usage)
+    continuous = bool(include_usage and isinstance(options, dict)
+                      and options.get("continuous_usage_stats"))  # vLLM's rule
+    return Params(prompt_tokens, max_tokens, stream, include_usage, continuous)
 
 
 def models_list(config: StandinConfig) -> dict[str, Any]:
