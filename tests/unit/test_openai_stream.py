@@ -177,3 +177,49 @@ def test_an_http_errors_retry_after_reaches_the_outcome() -> None:
     assert outcome.error.endswith("(Retry-After: 2)") and "slow down" in outcome.error
     plain = interpret(StreamedResponse(status=503, body=body, ended_at_s=1.0), "chat", 0.9)
     assert plain.retry_after_s is None and "Retry-After" not in plain.error
+
+
+def test_reasoning_and_extra_body_reach_the_request() -> None:
+    """`traffic.reasoning` asks the chat template to think; `traffic.extra_body` adds (and may
+    override) top-level fields, as the OpenAI client's extra_body does."""
+    from vllm_slo.scenarios.loader import load_scenario
+    scenario = load_scenario("chat", ["traffic.reasoning=true",
+                                      'traffic.extra_body={logit_bias: {"7": 5}}'])
+    traffic = scenario[0].traffic
+    body = json.loads(request_body("chat", "m", [{"role": "user", "content": "x"}], 8, False,
+                                   0.0, traffic.reasoning, traffic.extra_body))
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    assert body["logit_bias"] == {"7": 5}
+    assert "chat_template_kwargs" not in json.loads(request_body("completions", "m", "p", 8,
+                                                                 False, 0.0, True))
+
+
+def test_per_chunk_usage_counts_tokens_on_both_paths() -> None:
+    """vLLM's continuous usage: the tokens a chunk carried are the rise of completion_tokens
+    since the previous token chunk; a chunk skipped by the server (a swallowed `</think>`)
+    counts with the next one. The fast path (bytes) and the JSON path agree; reasoning chunks
+    are counted apart and the first answer chunk is kept."""
+    def chunk(key: str, text: str, tokens: int, spaced: bool) -> str:
+        doc = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {key: text}, "logprobs": None,
+                            "finish_reason": None}],
+               "usage": {"prompt_tokens": 3, "total_tokens": 3 + tokens,
+                         "completion_tokens": tokens}}
+        return json.dumps(doc) if spaced else json.dumps(doc, separators=(",", ":"))
+
+    final = json.dumps({"choices": [], "usage": {
+        "prompt_tokens": 3, "completion_tokens": 9,
+        "completion_tokens_details": {"reasoning_tokens": 4}}})
+    outcomes = []
+    for spaced in (False, True):
+        events = [(1.0, chunk("reasoning", "a", 1, spaced)),
+                  (1.1, chunk("reasoning", "b c", 3, spaced)),
+                  (1.3, chunk("content", "d", 5, spaced)),  # 2: with the skipped end tag
+                  (1.4, chunk("content", "e f g", 8, spaced)),
+                  (1.5, chunk("content", "h", 9, spaced)), (1.5, final), (1.5, "[DONE]")]
+        outcomes.append(interpret(response(events), "chat", 0.5))
+    fast, parsed = outcomes
+    assert fast == parsed
+    assert fast.ok and fast.chunk_tokens == (1, 2, 2, 3, 1) and fast.output_tokens == 9
+    assert fast.reasoning_chunks == 2 and fast.first_answer_perf_s == 1.3
+    assert fast.reasoning_tokens == 4  # the server's count wins over the chunks' 3

@@ -335,7 +335,8 @@ class _StreamingUser(User):
         adapter = (None if RUN.lora is None
                    else RUN.lora.name_for(request.profile, request.conversation_id))
         body = request_body(traffic.endpoint, request_model(adapter, RUN.model_id), prompt,
-                            request.max_tokens, traffic.ignore_eos, traffic.temperature)
+                            request.max_tokens, traffic.ignore_eos, traffic.temperature,
+                            traffic.reasoning, traffic.extra_body)
         # unique per run: process, user, the user's own request count, plan entry
         request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
         self.requests_sent += 1

@@ -293,6 +293,12 @@ class TrafficSpec(Frozen):
         "minus the launched server's share, at most one per user")
     ignore_eos: bool = Field(True, description="vLLM extension: exact output lengths")
     temperature: float = Field(0.0, ge=0)
+    reasoning: bool = Field(
+        False, description="chat: ask a reasoning model to think "
+        "(chat_template_kwargs.enable_thinking); the server needs --reasoning-parser")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="more top-level request fields, as the OpenAI "
+        "client's extra_body (vLLM's logit_bias, top_k, chat_template_kwargs ...), merged last")
     overlong: Literal["trim", "reject"] = Field(
         "trim", description="prompts that do not fit max-model-len are trimmed or dropped")
     tokenizer: str | None = Field(
