@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -23,9 +24,15 @@ from vllm_slo.loadtests.locust_launcher import (
     run_locust,
     worker_argv,
 )
+from vllm_slo.loadtests.lora_split import unserved_names
+from vllm_slo.loadtests.openai_stream import PATHS, request_body
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
-from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, load_sharegpt
+from vllm_slo.loadtests.prompts import (
+    DEFAULT_SHAREGPT_PATH,
+    flatten_for_completions,
+    load_sharegpt,
+)
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.reports.analysis.outages import table_outages
 from vllm_slo.reports.redaction import (
@@ -52,8 +59,8 @@ from vllm_slo.scenarios.run_files import (
 from vllm_slo.scenarios.run_status import RunStatus
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
-from vllm_slo.servers.metrics_scrape import MetricsRecorder
-from vllm_slo.servers.server_facts import describe, server_facts
+from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
+from vllm_slo.servers.server_facts import describe, facts_from_metrics, server_facts
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
 from vllm_slo.transport.http_stream import HttpStreamClient
@@ -191,11 +198,12 @@ def planned_request_count(traffic: TrafficSpec) -> int:
 
 
 def prepare_plan(traffic: TrafficSpec, model_path: str | None, base_url: str, model_id: str,
-                 max_model_len: int | None, run_dir: Path, api_key: str | None = None
-                 ) -> RequestPlan:
+                 max_model_len: int | None, run_dir: Path, api_key: str | None = None,
+                 block_size: int | None = None) -> RequestPlan:
     counter = _token_counter(traffic, model_path, base_url, model_id, api_key)
     try:
-        plan = build_plan(traffic, counter, max_model_len, planned_request_count(traffic))
+        plan = build_plan(traffic, counter, max_model_len, planned_request_count(traffic),
+                          block_size)
     except ConnectionError as error:  # the server's /tokenize went away: infrastructure
         raise ServerError(f"counting tokens through the server failed: {error}") from error
     except (OSError, ValueError) as error:  # unreadable data set, bad tokenizer, bad settings
@@ -225,6 +233,34 @@ def reset_prefix_cache(base_url: str, api_key: str | None) -> str:
         return ("not available (the server was not started with VLLM_SERVER_DEV_MODE=1); "
                 "prefix-cache state carries over from earlier traffic")
     return f"failed: HTTP {response.status} {response.body[:200]!r}"
+
+
+def prefix_cache_facts(base_url: str, spec: ServerSpec) -> dict[str, Any]:
+    """What shaping to a hit rate needs of the server: its block size and whether prefix
+    caching is on (its /metrics `cache_config_info`; `server.args.block-size` when that is
+    not exported)."""
+    facts = facts_from_metrics(scrape(base_url) or {})
+    if facts.get("block_size") is None and isinstance(spec.args.get("block-size"), int):
+        facts["block_size"] = spec.args["block-size"]
+    return facts
+
+
+def prime_prefix_cache(base_url: str, endpoint: str, model_id: str, plan: RequestPlan,
+                       api_key: str | None) -> str:
+    """`phases: warm`: each primer of the plan (the longest shared part per first-message
+    role) sent once, one output token each, before the traffic. Returns what happened."""
+    client = HttpStreamClient(base_url, timeout_s=300.0, api_key=api_key)
+    try:
+        for primer in plan.primers:
+            prompt = list(primer) if endpoint == "chat" else flatten_for_completions(primer)
+            body = request_body(endpoint, model_id, prompt, 1, True, 0.0)
+            response = client.request("POST", PATHS[endpoint], body)
+            if response.transport_error or response.status != 200:
+                return (f"priming failed: {response.transport_error or response.status} "
+                        f"{response.body[:200]!r}")
+    finally:
+        client.close()
+    return f"primed ({len(plan.primers)} shared prefix{'es' if len(plan.primers) != 1 else ''})"
 
 
 def _launch_log(server: VllmServer | AttachedServer) -> str:
@@ -296,7 +332,7 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
         server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s, api_key)
         say(redact_text(f"attaching to {spec.url} ..."))
     else:
-        dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache == "reset" else {}
+        dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache.resets else {}
         server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
         model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
         provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
@@ -308,6 +344,11 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             assert ready is not None
             say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
                 f"vLLM {ready.version}")
+            unserved = unserved_names(traffic.lora, ready.served_models)
+            if unserved:
+                raise ScenarioError(
+                    f"traffic.lora: the server does not serve {', '.join(unserved)} (its "
+                    f"/v1/models lists {', '.join(ready.served_models)}); nothing was sent")
             if isinstance(server, VllmServer) and server.ports_taken:  # again on a fresh port
                 say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
                     f"process before vLLM bound them; it runs on port {server.plan.port}")
@@ -322,19 +363,35 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             if spec.url is None:  # a launch's start-up: what the next experiment plans with
                 provenance = provenance.updated(server_ready_after_s=ready.ready_after_s)
             provenance.write(run_dir, redact_secrets)
+            block_size = None
+            if traffic.prefix_cache.target_hit_rate is not None:
+                cache = prefix_cache_facts(server.base_url, spec)
+                block_size = cache.get("block_size")
+                if cache.get("enable_prefix_caching") is False:
+                    warnings.append("prefix cache: target_hit_rate is set but the server runs "
+                                    "with prefix caching off (--no-enable-prefix-caching)")
             plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
-                                ready.max_model_len, run_dir, api_key)
+                                ready.max_model_len, run_dir, api_key, block_size)
             provenance = provenance.updated(plan={
                 "requests": len(plan.requests), "sha256": plan.sha256,
                 "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
-                "rejected": plan.rejected, "filtered": plan.filtered})
+                "rejected": plan.rejected, "filtered": plan.filtered,
+                **({} if plan.prefix_cache is None else {"prefix_cache": plan.prefix_cache})})
+            warnings.extend(w for w in plan.warnings if w.startswith("prefix cache"))
             say(f"plan: {len(plan.requests)} {traffic.profile} requests "
                 f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
-            if traffic.prefix_cache == "reset":
+            if traffic.prefix_cache.resets:
                 provenance = provenance.updated(
                     prefix_cache_reset=reset_prefix_cache(server.base_url, api_key))
                 if provenance.prefix_cache_reset != "reset":
                     warnings.append(f"prefix cache {provenance.prefix_cache_reset}")
+            if traffic.prefix_cache.primes:
+                primed = prime_prefix_cache(server.base_url, traffic.endpoint, ready.model_id,
+                                            plan, api_key)
+                provenance = provenance.updated(prefix_cache_primed=primed)
+                say(f"prefix cache: {primed}")
+                if not primed.startswith("primed"):
+                    warnings.append(f"prefix cache {primed}")
             split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
             provenance = provenance.updated(core_split=split.to_dict())
             if split.client_cores is not None:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
+from vllm_slo.loadtests.prefix_shaping import shape_candidates
 from vllm_slo.loadtests.profiles import PROFILES
+from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.model import TrafficSpec
 
@@ -56,6 +58,9 @@ class RequestPlan:
     filtered: dict[str, int]
     sha256: str
     warnings: tuple[str, ...]
+    # traffic.prefix_cache.target_hit_rate: the shaping's expectations and a warm run's primers
+    prefix_cache: dict[str, object] | None = None
+    primers: tuple[tuple[dict[str, str], ...], ...] = ()
 
 
 def canonical_bytes(requests: Iterable[PlannedRequest]) -> Iterator[bytes]:
@@ -75,14 +80,32 @@ def plan_sha256(requests: Iterable[PlannedRequest]) -> str:
 
 # ------------------------------------------------------------------------------ public API
 def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int | None,
-               n_requests: int) -> RequestPlan:
-    """Pre-sample `n_requests` requests of `traffic.profile` (see the module docstring).
-    A bad configuration or data file raises ValueError saying what is wrong."""
+               n_requests: int, block_size: int | None = None) -> RequestPlan:
+    """Pre-sample `n_requests` requests of `traffic.profile` (see the module docstring);
+    with `traffic.prefix_cache.target_hit_rate`, shaped to it (`prefix_shaping`: needs the
+    server's `block_size`). A bad configuration or data file raises ValueError saying what is
+    wrong."""
     if n_requests < 1:
         raise ValueError(f"n_requests must be at least 1, got {n_requests}")
     tally = Tally()
     candidates = PROFILES[traffic.profile].plan(traffic, traffic.seed, counter, max_model_len,
                                                 traffic.overlong, n_requests, tally)
+    target = traffic.prefix_cache.target_hit_rate
+    prefix_cache: dict[str, object] | None = None
+    primers: tuple[tuple[dict[str, str], ...], ...] = ()
+    if target is not None:
+        if block_size is None:
+            raise ValueError("prefix_cache.target_hit_rate needs the server's block size (from "
+                             "its /metrics cache_config_info or server.args.block-size)")
+        shaped = shape_candidates(candidates, target, block_size, counter, WordTexts(counter),
+                                  traffic.seed, max_model_len, tally)
+        candidates, primers = shaped.candidates, shaped.primers
+        prefix_cache = {"block_size": block_size,
+                        "expected_hit_rate": shaped.shares.expected_hit_rate,
+                        "shared_blocks_max": max(shaped.shares.blocks, default=0),
+                        "shared_blocks_mean": (sum(shaped.shares.blocks)
+                                               / max(1, len(shaped.shares.blocks))),
+                        "capped": shaped.shares.capped}
     requests = _freeze(candidates)
     if tally.trimmed:
         tally.warnings.append(f"{tally.trimmed} prompts were trimmed to fit max-model-len "
@@ -95,7 +118,8 @@ def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int |
     return RequestPlan(
         requests=requests, profile=traffic.profile, seed=traffic.seed, tokenizer=counter.name,
         trimmed=tally.trimmed, rejected=tally.rejected, filtered=dict(tally.filtered),
-        sha256=plan_sha256(requests), warnings=tuple(tally.warnings))
+        sha256=plan_sha256(requests), warnings=tuple(tally.warnings),
+        prefix_cache=prefix_cache, primers=primers)
 
 
 def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
@@ -132,7 +156,8 @@ def write_plan(plan: RequestPlan, path: Path) -> None:
     metadata = {"schema_version": PLAN_SCHEMA_VERSION, "profile": plan.profile,
                 "seed": plan.seed, "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
                 "rejected": plan.rejected, "filtered": plan.filtered, "sha256": plan.sha256,
-                "warnings": list(plan.warnings)}
+                "warnings": list(plan.warnings), "prefix_cache": plan.prefix_cache,
+                "primers": [list(primer) for primer in plan.primers]}
     table = table.replace_schema_metadata({PLAN_METADATA_KEY: json.dumps(metadata)})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,4 +194,5 @@ def read_plan(path: Path) -> RequestPlan:
         requests=requests, profile=meta["profile"], seed=meta["seed"],
         tokenizer=meta["tokenizer"], trimmed=meta["trimmed"], rejected=meta["rejected"],
         filtered=dict(meta["filtered"]), sha256=meta["sha256"],
-        warnings=tuple(meta["warnings"]))
+        warnings=tuple(meta["warnings"]), prefix_cache=meta.get("prefix_cache"),
+        primers=tuple(tuple(primer) for primer in meta.get("primers") or ()))

@@ -11,6 +11,7 @@ everything written.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ from pydantic import ValidationError
 
 from vllm_slo.reports.analysis.client_health import client_health
 from vllm_slo.reports.analysis.outages import table_outages, table_stalls
+from vllm_slo.reports.analysis.prefix_cache import (
+    PrefixCacheCheck,
+    check_prefix_cache,
+    window_counters,
+)
 from vllm_slo.reports.analysis.run_metrics import (
     RunSeries,
     measured_adapters,
@@ -51,7 +57,7 @@ from vllm_slo.reports.render.text import render_table
 from vllm_slo.reports.samples import client_cpu_fractions, read_samples
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
-from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.model import Scenario, TrafficSpec
 from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import (
@@ -200,6 +206,11 @@ def load_run(run_dir: Path) -> LoadedRun:
     elif written is None and not (run_dir / SAMPLES_FILE).is_file():
         invalid = (*invalid, UNFINISHED_REASON)
     server_records = read_server_metrics(run_dir / SERVER_METRICS_FILE)
+    cache_check = prefix_cache_check(traffic, provenance, server_records,
+                                     series.window_start_unix_s, summary.rate_span_s)
+    cache_warnings = [] if cache_check is None else [w for w in [cache_check.warning()] if w]
+    if cache_check is not None and cache_check.missed:
+        invalid = (*invalid, cache_check.reason)
     document = build_summary(
         run_id=run_dir.name, scenario=scenario, provenance=provenance,
         summary=summary, slo_results=slo_results,
@@ -207,6 +218,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         goodput=goodput(sized, series, measured_adapter=measured_adapters(table)),
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
+        prefix_cache=cache_check,
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
         by_profile={name: part_summary for name, (_, part_summary) in parts.items()
@@ -214,8 +226,28 @@ def load_run(run_dir: Path) -> LoadedRun:
         by_adapter={name.removeprefix(ADAPTER_PART): part_summary
                     for name, (_, part_summary) in parts.items()
                     if name.startswith(ADAPTER_PART)},
-        warnings=[*status.warnings, *read_warnings, *sizing.notes])
+        warnings=[*status.warnings, *read_warnings, *sizing.notes, *cache_warnings])
     return LoadedRun(document, series, table, server_records)
+
+
+def prefix_cache_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
+                       server_records: Sequence[dict[str, Any]],
+                       window_start_unix_s: float | None, span_s: float | None
+                       ) -> PrefixCacheCheck | None:
+    """The hit-rate target's check over the measured window; None when no target is set."""
+    setting = traffic.prefix_cache
+    if setting.target_hit_rate is None:
+        return None
+    counters = None
+    if window_start_unix_s is not None:
+        end = window_start_unix_s + (traffic.duration_s if span_s is None else span_s)
+        counters = window_counters(server_records, window_start_unix_s, end)
+    plan = provenance.get("plan")
+    shaped = plan.get("prefix_cache") if isinstance(plan, Mapping) else None
+    expected = shaped.get("expected_hit_rate") if isinstance(shaped, Mapping) else None
+    return check_prefix_cache(counters, setting.target_hit_rate, setting.tolerance,
+                              setting.phases,
+                              float(expected) if isinstance(expected, int | float) else None)
 
 
 def render_run(run_dir: Path) -> RenderedRun:

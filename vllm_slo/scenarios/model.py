@@ -34,6 +34,7 @@ from vllm_slo.scenarios.metrics import (
     split_cell,
 )
 from vllm_slo.scenarios.model_base import Frozen, validate_registered_keys
+from vllm_slo.scenarios.prefix_cache import PrefixCacheSpec
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles, one_of
 from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_server_config
 from vllm_slo.scenarios.slo import SloRule, parse_abort_error_rate, parse_rule
@@ -304,8 +305,10 @@ class TrafficSpec(Frozen):
     tokenizer: str | None = Field(
         None, description="tokenizer folder/file; default: the launched model's folder, "
         "else the server's /tokenize endpoint")
-    prefix_cache: Literal["reset", "keep"] = Field(
-        "reset", description="reset the server's prefix cache before the run")
+    prefix_cache: PrefixCacheSpec = Field(
+        default_factory=PrefixCacheSpec,
+        description="reset | keep, or {target_hit_rate, tolerance, phases: cold | warm | keep}: "
+        "the cache state before the window and a hit rate shaped and checked (prefix_cache.py)")
     max_send_lag_p99_s: Seconds = Field(
         0.05, alias="max_send_lag_p99", gt=0,
         description="a run whose p99 send lag exceeds this is flagged client-limited")

@@ -47,6 +47,7 @@ class Provenance(BaseModel):
     # the traffic
     plan: dict[str, Any] | None = None  # requests, sha256, tokenizer, trimmed ...
     prefix_cache_reset: str | None = None
+    prefix_cache_primed: str | None = None  # phases: warm: what priming did
     core_split: dict[str, Any] | None = None
     locust_workers: int | None = None
     locust_master: str | None = None

@@ -14,6 +14,7 @@ import numpy as np
 
 from vllm_slo.reports.analysis.chunk_tokens import StreamFacts
 from vllm_slo.reports.analysis.client_health import ClientHealth
+from vllm_slo.reports.analysis.prefix_cache import PrefixCacheCheck
 from vllm_slo.reports.analysis.run_metrics import RunSummary
 from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict
@@ -223,6 +224,8 @@ class TrafficFacts:
     prefix_cache_reset: Any
     prefix_cache_hit_rate: float | None
     client_cpu: ClientCpu | None
+    # traffic.prefix_cache.target_hit_rate's check; None: no target set
+    prefix_cache: PrefixCacheCheck | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -234,12 +237,15 @@ class TrafficFacts:
             "plan": self.plan, "prefix_cache_reset": self.prefix_cache_reset,
             "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
             "client_cpu": None if self.client_cpu is None else self.client_cpu.to_json_dict(),
+            **({} if self.prefix_cache is None
+               else {"prefix_cache": self.prefix_cache.to_json_dict()}),
         }
 
 
 def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: RunSummary,
                   client_cpu: ClientCpu | None = None,
-                  prefix_cache_hit_rate: float | None = None) -> TrafficFacts:
+                  prefix_cache_hit_rate: float | None = None,
+                  prefix_cache: PrefixCacheCheck | None = None) -> TrafficFacts:
     traffic = scenario.traffic
     arrival = traffic.arrival
     return TrafficFacts(
@@ -251,7 +257,7 @@ def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: Ru
         queued_for_slot=summary.queued_for_slot, reused_prompts=summary.reused_prompts,
         plan=provenance.get("plan"), prefix_cache_reset=provenance.get("prefix_cache_reset"),
         prefix_cache_hit_rate=_number(prefix_cache_hit_rate),
-        client_cpu=client_cpu)
+        client_cpu=client_cpu, prefix_cache=prefix_cache)
 
 
 class EchoesScenario:
@@ -349,6 +355,7 @@ def build_summary(
     goodput: tuple[Estimate, str],
     client_cpu: ClientCpu | None = None,
     prefix_cache_hit_rate: float | None = None,
+    prefix_cache: PrefixCacheCheck | None = None,
     client_health: ClientHealth | None = None,
     server_crosscheck: LatencyCrosscheck | None = None,
     by_profile: Mapping[str, RunSummary] | None = None,
@@ -372,7 +379,7 @@ def build_summary(
         goodput=ReportedEstimate.of(goodput[0]), goodput_counts=goodput[1],
         send_lag_p99_s=_number(summary.send_lag_p99_s),
         traffic=traffic_facts(scenario, provenance, summary, client_cpu,
-                              prefix_cache_hit_rate),
+                              prefix_cache_hit_rate, prefix_cache),
         metrics=metrics,
         slos=tuple(SloEntry.of(r) for r in slo_results),
         exit_code=int(exit_code),

@@ -283,6 +283,19 @@ def load_rows(traffic: TrafficFacts, measured: int) -> list[tuple[str, str]]:
         rows.append(("prefix cache before the run", str(traffic.prefix_cache_reset)))
     if traffic.prefix_cache_hit_rate is not None:
         rows.append(("prefix-cache hit rate (run)", f"{traffic.prefix_cache_hit_rate:.1%}"))
+    check = traffic.prefix_cache
+    if check is not None:
+        expected = ("" if check.expected_hit_rate is None
+                    else f", plan expected {check.expected_hit_rate:.1%}")
+        rows.append(("prefix-cache hit rate target",
+                     f"{check.target_hit_rate:.1%} ± {check.tolerance:.1%} "
+                     f"(phases {check.phases}{expected})"))
+        achieved = ("not measured" if check.achieved_hit_rate is None
+                    else f"{check.achieved_hit_rate:.1%} "
+                    f"({check.hits_tokens:,.0f} of {check.queries_tokens:,.0f} tokens, "
+                    f"{check.span_s:.0f} s)")
+        rows.append(("prefix-cache hit rate (measured window)",
+                     f"{achieved}: {'MISSED' if check.missed else check.verdict}"))
     cpu = traffic.client_cpu
     if cpu is not None:
         rows.append(("load generator CPU (% of a core, per process-second)",

@@ -221,6 +221,21 @@ def client_line(summary: RunSummaryDocument) -> str | None:
     return ("client: " if health.healthy else "client (LIMITED): ") + " · ".join(parts)
 
 
+def prefix_cache_line(summary: RunSummaryDocument) -> str | None:
+    """`prefix cache: hit rate 0.584 over the window, target 0.60 ± 0.10 (plan expected
+    0.600, phases warm): met`; None when the run set no target."""
+    check = summary.traffic.prefix_cache
+    if check is None:
+        return None
+    achieved = ("not measured" if check.achieved_hit_rate is None
+                else f"{check.achieved_hit_rate:.3f} over the window")
+    expected = ("" if check.expected_hit_rate is None
+                else f"plan expected {check.expected_hit_rate:.3f}, ")
+    verdict = "MISSED" if check.missed else check.verdict
+    return (f"prefix cache: hit rate {achieved}, target {check.target_hit_rate:.2f} "
+            f"± {check.tolerance:.2f} ({expected}phases {check.phases}): {verdict}")
+
+
 def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
@@ -253,6 +268,9 @@ def render_table(summary: RunSummaryDocument) -> str:
     client = client_line(summary)
     if client is not None:
         lines.append(client)
+    cache = prefix_cache_line(summary)
+    if cache is not None:
+        lines.append(cache)
     if summary.slos:
         lines.append("")
         width = max(len(slo_label(slo)) for slo in summary.slos)
