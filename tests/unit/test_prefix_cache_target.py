@@ -247,3 +247,41 @@ def test_unverified_without_counters_or_queries() -> None:
         check = check_prefix_cache(span, 0.3, 0.1, "cold", None)
         assert check.verdict == "unverified" and not check.missed
         assert (check.warning() or "").startswith(UNVERIFIED_NAME)
+
+
+# ------------------------------------------------------------------------- the report
+def test_report_rows_schema_and_terminal_line_show_target_achieved_and_verdict() -> None:
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import jsonschema
+
+    from vllm_slo.reports.analysis.summary import TrafficFacts
+    from vllm_slo.reports.render.html import load_rows
+    from vllm_slo.reports.render.text import prefix_cache_line
+
+    missed = check_prefix_cache(CounterSpan(8215, 10000, 4.0), 0.97, 0.02, "warm", 0.824)
+    traffic = TrafficFacts(
+        profile="chat", endpoint="chat", arrival="closed", intended_rate_per_s=None,
+        sent_per_s=5.0, send_lag_p50_s=None, send_lag_p99_s=None, client_send_lag_p99_s=None,
+        queued_for_slot=0, reused_prompts=0, plan=None, prefix_cache_reset="reset",
+        prefix_cache_hit_rate=0.83, client_cpu=None, prefix_cache=missed)
+    rows = dict(load_rows(traffic, 10))
+    assert rows["prefix-cache hit rate target"] == "97.0% ± 2.0% (phases warm, plan expected 82.4%)"
+    assert rows["prefix-cache hit rate (measured window)"] == (
+        "82.2% (8,215 of 10,000 tokens, 4 s): MISSED")
+    line = prefix_cache_line(SimpleNamespace(traffic=traffic))  # type: ignore[arg-type]
+    assert line == ("prefix cache: hit rate 0.822 over the window, target 0.97 ± 0.02 (plan "
+                    "expected 0.824, phases warm): MISSED")
+    unverified = check_prefix_cache(None, 0.3, 0.1, "cold", None)
+    for check in (missed, unverified):
+        schema = json.loads((Path(__file__).parents[2] / "reports" / "schema"
+                             / "summary.schema.json").read_text())
+        jsonschema.Draft202012Validator(
+            schema["properties"]["traffic"]["properties"]["prefix_cache"]).validate(
+                check.to_json_dict())
+    plain = TrafficFacts(**{**{f: getattr(traffic, f) for f in TrafficFacts.__slots__},
+                            "prefix_cache": None})
+    assert "prefix_cache" not in plain.to_json_dict()
+    assert prefix_cache_line(SimpleNamespace(traffic=plain)) is None  # type: ignore[arg-type]
