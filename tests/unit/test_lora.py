@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from vllm_slo.loadtests.lora_split import LoraSplit, request_model
+from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_names
 from vllm_slo.reports.analysis.run_metrics import (
     measured_adapters,
     run_parts,
@@ -62,6 +62,9 @@ def test_only_positive_weights_and_the_model_field() -> None:
     assert request_model("base", "tiny") == "tiny"
     assert request_model(None, "tiny") == "tiny"
     assert request_model("sql", "tiny") == "sql"
+    # attach mode: names the server does not list are refused before any traffic
+    assert unserved_names({"base": 1, "sql": 1, "code": 1}, ("tiny", "sql")) == ["code"]
+    assert unserved_names({"base": 1}, ("tiny",)) == []
 
 
 # ---------------------------------------------------------------------------- the model

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from vllm_slo.scenarios.lora import BASE
 
@@ -35,6 +35,12 @@ class LoraSplit:
         draw = random.Random(f"{self.seed}:lora:{profile}:{conversation_id}").random()
         at = bisect.bisect_right(self._cumulative, draw * self._cumulative[-1])
         return self.names[min(at, len(self.names) - 1)]
+
+
+def unserved_names(weights: Mapping[str, float], served_models: Sequence[str]) -> list[str]:
+    """The adapters of `traffic.lora` that the server does not list in /v1/models (their
+    requests would all fail with 404)."""
+    return [name for name in weights if name != BASE and name not in served_models]
 
 
 def request_model(name: str | None, served_model: str) -> str:

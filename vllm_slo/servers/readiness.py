@@ -24,6 +24,7 @@ class ReadyServer:
     max_model_len: int | None
     version: str | None
     ready_after_s: float
+    served_models: tuple[str, ...] = ()  # /v1/models' ids: the base model, LoRA adapters
 
 
 def _get_json(client: HttpStreamClient, path: str) -> tuple[int, object]:
@@ -120,7 +121,8 @@ def wait_until_ready(
                 base_url=base_url, model_id=model_id, max_model_len=max_len,
                 version=version.get("version") if status == 200 and isinstance(version, dict)
                 else None,
-                ready_after_s=time.monotonic() - started)
+                ready_after_s=time.monotonic() - started,
+                served_models=tuple(str(i) for i in ids))
     finally:
         client.close()
         prober.close()

@@ -1,14 +1,15 @@
 """Tiny random LoRA adapters for a local Llama-architecture model (the tiny model, or any
 local folder with a config.json): PEFT format (`adapter_config.json` +
 `adapter_model.safetensors`), seeded by the adapter's name, built locally and cached like the
-tiny model (nothing is downloaded). `ensure_tiny_lora()` builds in a subprocess so that the
+tiny model (nothing is downloaded). `ensure_tiny_loras()` builds every missing one in one
+subprocess (torch imported once: about 2.5 s for any number of tiny adapters), so that the
 suite's own process never imports torch.
 
 The weights are random on purpose: `lora_B` is not zero (PEFT initialises it to zero, which
 would make the adapter a no-op), so an adapter's greedy answer differs from the base model's
 and a test can tell the adapter was applied.
 
-    python -m vllm_slo.servers.tiny_lora OUT_DIR MODEL_DIR NAME RANK   # prints a JSON summary
+    python -m vllm_slo.servers.tiny_lora MODEL_DIR RANK OUT_DIR=NAME ...   # prints JSON lines
 """
 
 from __future__ import annotations
@@ -68,37 +69,43 @@ def tiny_lora_dir(model_dir: Path, name: str, rank: int) -> Path:
             / f"{fingerprint}-{safe}-{name_seed(name):08x}-r{rank}")
 
 
-def ensure_tiny_lora(model_dir: Path, name: str, rank: int, timeout_s: float = 300.0) -> Path:
-    """The cached adapter folder, built first if needed (a second or two, most of it torch's
-    import). `model_dir` is a local model folder with a config.json."""
+def ensure_tiny_loras(model_dir: Path, names: list[str], rank: int,
+                      timeout_s: float = 300.0) -> dict[str, Path]:
+    """Each adapter's cached folder, the missing ones built first in one subprocess.
+    `model_dir` is a local model folder with a config.json."""
     if not (model_dir / "config.json").is_file():
-        raise ServerError(f"server.lora.adapters.{name}: {TINY_LORA_SOURCE!r} generates an "
-                          f"adapter from the model's config.json, and {model_dir} has none "
-                          "(give server.model as a local folder, or the adapter as a path)")
-    target = tiny_lora_dir(model_dir, name, rank).resolve()
-    if (target / ".complete").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+        raise ServerError(f"server.lora.adapters: {TINY_LORA_SOURCE!r} generates an adapter "
+                          f"from the model's config.json, and {model_dir} has none (give "
+                          "server.model as a local folder, or the adapter as a path)")
+    targets = {name: tiny_lora_dir(model_dir, name, rank).resolve() for name in names}
+    missing = {name: target for name, target in targets.items()
+               if not (target / ".complete").is_file()}
+    if not missing:
+        return targets
+    parent = next(iter(missing.values())).parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = {name: Path(tempfile.mkdtemp(prefix=".build-", dir=parent)) for name in missing}
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "vllm_slo.servers.tiny_lora", str(staging), str(model_dir),
-             name, str(rank)],
-            capture_output=True, text=True, timeout=timeout_s, cwd=staging,
+            [sys.executable, "-m", "vllm_slo.servers.tiny_lora", str(model_dir), str(rank),
+             *(f"{folder}={name}" for name, folder in staging.items())],
+            capture_output=True, text=True, timeout=timeout_s, cwd=parent,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         if result.returncode != 0:
-            raise ServerError(f"building the tiny LoRA adapter {name!r} failed (needs torch "
-                              f"and safetensors: the 'cpu' or 'model' extra):\n"
+            raise ServerError(f"building the tiny LoRA adapters {', '.join(missing)} failed "
+                              "(needs torch and safetensors: the 'cpu' or 'model' extra):\n"
                               f"{result.stderr[-3000:]}")
-        (staging / ".complete").write_text(result.stdout)
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished first
-            if not (target / ".complete").is_file():
-                raise
+        for name, folder in staging.items():
+            (folder / ".complete").write_text("built\n")
+            try:
+                folder.rename(missing[name])
+            except OSError:  # another process finished first
+                if not (missing[name] / ".complete").is_file():
+                    raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        for folder in staging.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    return targets
 
 
 def build(out_dir: Path, model_dir: Path, name: str, rank: int) -> dict[str, object]:
@@ -125,6 +132,6 @@ def build(out_dir: Path, model_dir: Path, name: str, rank: int) -> dict[str, obj
 
 
 if __name__ == "__main__":
-    target_dir = Path(sys.argv[1])
-    target_dir.mkdir(parents=True, exist_ok=True)
-    print(json.dumps(build(target_dir, Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]))))
+    for pair in sys.argv[3:]:
+        out, adapter = pair.rsplit("=", 1)
+        print(json.dumps(build(Path(out), Path(sys.argv[1]), adapter, int(sys.argv[2]))))

@@ -30,7 +30,7 @@ from vllm_slo.servers.core_split import (
 )
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_start_failure
-from vllm_slo.servers.tiny_lora import TINY_LORA_SOURCE, ensure_tiny_lora
+from vllm_slo.servers.tiny_lora import TINY_LORA_SOURCE, ensure_tiny_loras
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
 from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
 
@@ -127,10 +127,12 @@ def lora_engine_args(lora: LoraSpec, paths: dict[str, str]) -> dict[str, Any]:
 def resolve_lora_paths(lora: LoraSpec, model_path: str) -> dict[str, str]:
     """Where each adapter is loaded from: `tiny` generated for the local model at
     `model_path` (cached), a local folder made absolute, a model id as written."""
+    tiny = [name for name, source in lora.adapters.items() if source == TINY_LORA_SOURCE]
+    built = ensure_tiny_loras(Path(model_path), tiny, lora.max_rank) if tiny else {}
     paths = {}
     for name, source in lora.adapters.items():
-        if source == TINY_LORA_SOURCE:
-            paths[name] = str(ensure_tiny_lora(Path(model_path), name, lora.max_rank))
+        if name in built:
+            paths[name] = str(built[name])
         else:
             local = Path(source).expanduser()
             paths[name] = str(local.resolve()) if local.exists() else source
