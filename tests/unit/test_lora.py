@@ -222,3 +222,45 @@ def test_a_lora_run_folder_reports_each_adapter(tmp_path: Path) -> None:
     assert 'id="by-adapter"' in html and "<h3>sql</h3>" in html
     assert "  adapter sql: 30 requests, ttft p50/p99" in rendered.text
     assert "FAIL         adapter:sql: ttft p50 < 500ms" in rendered.text
+
+
+def test_an_adapters_slo_is_decided_across_trials(tmp_path: Path) -> None:
+    """`slo.by_adapter` in an experiment: each trial's value from that adapter's rows only
+    (a: sql at 0.3 s, b: sql at 0.7 s; base at 0.1 s in both), decided between trials."""
+    import numpy as np
+
+    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.reports.experiment_report import render_experiment
+    from vllm_slo.reports.run_report import render_run
+    from vllm_slo.scenarios.loader import resolve_variants
+
+    scenario, _ = load_scenario("chat", [*LORA, "traffic.duration=10s", "trials=4",
+                                         "variants={a: {}, b: {}}",
+                                         'slo={by_adapter: {sql: {ttft: ["p50 < 500ms"]}}}'])
+    root = tmp_path / "lora-ab"
+    root.mkdir()
+    (root / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    arms = resolve_variants(scenario)
+    rng = np.random.default_rng(5)
+    for position, (name, k) in enumerate(trial_order(["a", "b"], 4), start=1):
+        folder = root / "trials" / trial_folder_name(position, name, k)
+        folder.mkdir(parents=True)
+        (folder / "scenario.yaml").write_text(yaml.safe_dump(arms[name].to_yaml_dict()))
+        sql_ttft = (0.3 if name == "a" else 0.7) * rng.lognormal(0, 0.03)
+        writer = SampleWriter(folder / "samples" / "samples-host-1.arrows")
+        for row in (_rows("base", 0.1, 60, 0, every=2) + _rows("sql", sql_ttft, 60, 1, every=2)):
+            writer.append(row)
+        writer.close()
+        (folder / "run_status.json").write_text("{}")  # the run ended (as the runner writes)
+        render_run(folder)
+    summary = render_experiment(root).summary
+    assert summary["invalid_reasons"] == [], summary["invalid_reasons"]
+    jsonschema.validate(summary, json.loads(
+        (REPO / "reports" / "schema" / "experiment-summary.schema.json").read_text()))
+    verdicts = {name: [(e.get("adapter"), e["verdict"]) for e in v["slos"]]
+                for name, v in summary["variants"].items()}
+    assert verdicts == {"a": [("sql", "PASS")], "b": [("sql", "FAIL")]}
+    assert summary["variants"]["b"]["slos"][0]["basis"].startswith(
+        "part 'adapter:sql': 4 trials'")
+    cell = summary["variants"]["b"]["cells"]["adapter:sql:ttft.p50"]
+    assert cell["value"] == pytest.approx(0.7, rel=0.1)
