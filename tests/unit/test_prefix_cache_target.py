@@ -176,6 +176,26 @@ def _shared_hits(plan, block: int) -> list[int]:
     return out
 
 
+def test_completions_prompts_share_the_same_blocks(tiny_counter, tiny_tokenizer_file) -> None:
+    """endpoint: completions sends the history flattened to `role: content` lines (BOS and
+    `system:` before the shared text): the same blocks hit."""
+    from tokenizers import Tokenizer
+
+    from vllm_slo.loadtests.prompts import flatten_for_completions
+
+    tokenizer = Tokenizer.from_file(str(tiny_tokenizer_file))
+    plan = build_plan(traffic(target_hit_rate=0.6, phases="warm"), tiny_counter, 4096, 80,
+                      block_size=32)
+
+    def encode(messages) -> list[int]:
+        return [1, *tokenizer.encode(flatten_for_completions(messages),
+                                     add_special_tokens=False).ids]
+
+    hits, queries = simulate_vllm_prefix_cache([encode(r.messages) for r in plan.requests], 32,
+                                               [encode(p) for p in plan.primers])
+    assert hits / queries == pytest.approx(0.6, abs=0.03)
+
+
 def test_plan_without_a_target_is_unchanged_and_a_target_needs_the_block_size(
         tiny_counter) -> None:
     plain = build_plan(traffic(), tiny_counter, 4096, 20)
