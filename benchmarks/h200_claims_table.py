@@ -49,6 +49,11 @@ def summary_cell_value(document: dict[str, Any], cell: str) -> float:
     return math.nan if value is None else float(value)
 
 
+def valid_count(trial_values: list[float]) -> int:
+    """Trials with a value (an invalid or interrupted trial is NaN: missing at its look)."""
+    return sum(not math.isnan(value) for value in trial_values)
+
+
 def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     folder = root / source["folder"]
     scenario = read_scenario(folder)
@@ -84,13 +89,15 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
                    "p_equivalence": d.p_equivalence, "level": d.alpha_look,
                    "baseline_trials": values[d.cell][0][:per_arm],
                    "candidate_trials": values[d.cell][1][:per_arm],
+                   "valid_trials": [valid_count(values[d.cell][0][:per_arm]),
+                                    valid_count(values[d.cell][1][:per_arm])],
                    "warnings": list(d.warnings)} for d in decisions],
         "command": source["command"],
     }
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| claim | model | compared | cell | verdict | ratio [interval] | trials per arm "
+    lines = ["| claim | model | compared | cell | verdict | ratio [interval] | rounds per arm "
              "| GPU min | command |", "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for cell in row["cells"]:
@@ -98,10 +105,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             ratio = ("n/a" if cell["ratio"] is None
                      else format_ratio(cell["ratio"], low, high)
                      + f" ({cell['ratio_confidence']:.1%})")
+            trials = str(row["trials_per_arm"])
+            if min(cell["valid_trials"]) < row["trials_per_arm"]:
+                trials += " ({}+{} valid)".format(*cell["valid_trials"])
             lines.append(
                 f"| {row['claim']} | {row['model']} ({row['model_parameters'] / 1e9:.1f} B) "
                 f"| {row['compared']} | {cell['cell']} | **{cell['verdict']}** | {ratio} "
-                f"| {row['trials_per_arm']} | {row['gpu_minutes']} | `{row['command']}` |")
+                f"| {trials} | {row['gpu_minutes']} | `{row['command']}` |")
     return "\n".join(lines) + "\n"
 
 
