@@ -50,7 +50,7 @@ def test_each_adapter_is_served_and_changes_the_answer(shared_vllm: VllmServer) 
 def test_a_lora_mix_run_reports_each_adapter(shared_vllm: VllmServer, tmp_path: Path) -> None:
     result = run_cli([
         "run", "scenario=chat", f"server.url={shared_vllm.base_url}",
-        "traffic.duration=8s", "traffic.warmup=2s", "traffic.chat.turns=2",
+        "traffic.duration=5s", "traffic.warmup=1s", "traffic.chat.turns=2",
         "traffic.chat.output_tokens=16", "traffic.arrival={kind: closed, users: 6}",
         "traffic.lora={base: 2, sql: 1, chat: 1}",
         'slo={ttft: ["p50 < 30s"], by_adapter: {sql: {ttft: ["p50 < 30s"]}, '
