@@ -264,3 +264,21 @@ def test_an_adapters_slo_is_decided_across_trials(tmp_path: Path) -> None:
         "part 'adapter:sql': 4 trials'")
     cell = summary["variants"]["b"]["cells"]["adapter:sql:ttft.p50"]
     assert cell["value"] == pytest.approx(0.7, rel=0.1)
+
+
+def test_adapter_sources_resolve_without_building(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local PEFT folder is loaded from its absolute path, a model id as written; `tiny`
+    needs a local model folder with a config.json (a model id has none: said, not guessed)."""
+    from vllm_slo.scenarios.errors import ServerError
+    from vllm_slo.scenarios.lora import LoraSpec
+    from vllm_slo.servers.tiny_lora import ensure_tiny_loras
+    from vllm_slo.servers.vllm_server import resolve_lora_paths
+
+    (tmp_path / "chat-lora").mkdir()
+    monkeypatch.chdir(tmp_path)
+    lora = LoraSpec(adapters={"chat": "chat-lora", "hub": "org/some-lora"})
+    assert resolve_lora_paths(lora, "/models/tiny") == {
+        "chat": str(tmp_path / "chat-lora"), "hub": "org/some-lora"}
+    with pytest.raises(ServerError, match=r"config\.json"):
+        ensure_tiny_loras(tmp_path / "no-model", ["sql"], 8)
