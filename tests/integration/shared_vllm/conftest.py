@@ -6,6 +6,7 @@ are done, before the rest of the integration tier runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,19 @@ MAX_MODEL_LEN = 4096
 LORA_ADAPTERS = ("sql", "chat")
 
 
+# a reasoning parser that thinks only when a request asks (enable_thinking) and parses every
+# other request as plain content, so the other tests here see no change
+# (tests/support/think_toggle_reasoning.py; test_reasoning_vllm_cpu.py)
+THINK_PLUGIN = Path(__file__).resolve().parents[2] / "support" / "think_toggle_reasoning.py"
+REASONING_ARGS = {"reasoning-parser-plugin": str(THINK_PLUGIN),
+                  "reasoning-parser": "vllm_slo_think_toggle"}
+
+
 @pytest.fixture(scope="package")
 def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     spec = ServerSpec.model_validate({
         "args": {"max-model-len": MAX_MODEL_LEN, "max-num-batched-tokens": 2048,
-                 "block-size": 128},
+                 "block-size": 128, **REASONING_ARGS},
         "lora": {"adapters": {name: "tiny" for name in LORA_ADAPTERS}}})
     log = tmp_path_factory.mktemp("shared-server") / "server.log"
     with launch_vllm(spec, "cpu", log, {"VLLM_SERVER_DEV_MODE": "1"}) as vllm:
