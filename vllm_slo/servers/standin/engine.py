@@ -170,9 +170,10 @@ class Engine:
         return ["".join(words[i % len(words)] for i in range(a, b)) for a, b in ranges]
 
     @staticmethod
-    def _usage(params: Params, completion_tokens: int) -> dict[str, object]:
-        """A chunk's per-chunk usage (continuous_usage_stats), or nothing."""
-        if not params.continuous_usage:
+    def _usage(params: Params, completion_tokens: int, fault: str | None) -> dict[str, object]:
+        """A chunk's per-chunk usage (continuous_usage_stats), or nothing (also under the
+        ``no_usage`` fault: a server that sends no usage at all)."""
+        if not params.continuous_usage or fault == "no_usage":
             return {}
         return {"usage": {"prompt_tokens": params.prompt_tokens,
                           "total_tokens": params.prompt_tokens + completion_tokens,
@@ -207,7 +208,7 @@ class Engine:
             await sleep_until(start + min(self.config.role_delay_s, first_offset))
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
             role.update(logprobs=None, finish_reason=None)
-            event = sse({**base, "choices": [role], **self._usage(params, 0)})
+            event = sse({**base, "choices": [role], **self._usage(params, 0, fault)})
             trace.last_chunk_s = await write(
                 writer, _without_data_field(event) if fault == "no_data" else event)
         for (a, b), text in zip(ranges, texts, strict=True):
@@ -224,7 +225,7 @@ class Engine:
             else:
                 choice = {"index": 0, "text": text, "logprobs": None}
             choice.update(finish_reason=finish, stop_reason=None)
-            event = sse({**base, "choices": [choice], **self._usage(params, b)})
+            event = sse({**base, "choices": [choice], **self._usage(params, b, fault)})
             if b == n // 2 + 1 and fault in ("bad_json", "bad_utf8"):
                 event = _broken(event, fault)
             elif fault == "no_data":

@@ -23,8 +23,9 @@ does:
 * ``not_sse``: streaming asked for, a whole JSON completion (``application/json``) returned.
 * ``no_data``: streaming: every event written without its ``data: `` field name (a bare JSON
   line), ``[DONE]`` too: an SSE body without a single data event.
-* ``no_usage``: streaming: no usage chunk although ``stream_options.include_usage`` asked
-  for it (a success whose token count the client cannot know).
+* ``no_usage``: streaming: no usage at all although ``stream_options`` asked for it (neither
+  the final usage chunk nor per-chunk ``continuous_usage_stats``): a success whose token
+  count the client cannot know.
 * ``xss``: normal timing, but the content tokens carry HTML/JS payloads (report-escaping tests).
 
 The configured kind ``mixed`` gives each faulted request the next kind of ``MIXED_KINDS`` in
