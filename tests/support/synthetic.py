@@ -6,7 +6,7 @@ report tests; never used by a real run."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +282,33 @@ def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: i
                               seed=position + 100 * seed, provenance_seed=traffic_seed,
                               provenance=(provenance or {}).get(name),
                               server_failure=(server_failures or {}).get(position))
+    return root
+
+
+def write_experiment_from_rows(
+        root: Path, scenario: Scenario,
+        rows_of_trial: Callable[[str, np.random.Generator], list[dict[str, Any]]],
+        seed: int = 5) -> Path:
+    """An experiment folder of `scenario` (its variants, `trials.max` per variant, interleaved
+    as a run does) whose trials hold the rows `rows_of_trial(variant, rng)` gives, each trial
+    rendered; one generator seeded `seed` draws for every trial in run order."""
+    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.reports.run_report import render_run
+    from vllm_slo.scenarios.loader import resolve_variants
+    root.mkdir(parents=True)
+    (root / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    arms = resolve_variants(scenario)
+    rng = np.random.default_rng(seed)
+    for position, (name, k) in enumerate(trial_order(list(arms), scenario.trials.max), start=1):
+        folder = root / TRIALS_DIR / trial_folder_name(position, name, k)
+        folder.mkdir(parents=True)
+        (folder / SCENARIO_FILE).write_text(yaml.safe_dump(arms[name].to_yaml_dict()))
+        writer = SampleWriter(folder / SAMPLES_DIR / "samples-host-1.arrows")
+        for row in rows_of_trial(name, rng):
+            writer.append(row)
+        writer.close()
+        (folder / STATUS_FILE).write_text("{}")  # the run ended (as the runner writes)
+        render_run(folder)
     return root
 
 

@@ -9,10 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
 
+from tests.support.synthetic import write_experiment_from_rows
 from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_names
 from vllm_slo.reports.analysis.run_metrics import (
     measured_adapters,
@@ -227,32 +229,17 @@ def test_a_lora_run_folder_reports_each_adapter(tmp_path: Path) -> None:
 def test_an_adapters_slo_is_decided_across_trials(tmp_path: Path) -> None:
     """`slo.by_adapter` in an experiment: each trial's value from that adapter's rows only
     (a: sql at 0.3 s, b: sql at 0.7 s; base at 0.1 s in both), decided between trials."""
-    import numpy as np
-
-    from vllm_slo.experiment_runner import trial_folder_name, trial_order
     from vllm_slo.reports.experiment_report import render_experiment
-    from vllm_slo.reports.run_report import render_run
-    from vllm_slo.scenarios.loader import resolve_variants
 
     scenario, _ = load_scenario("chat", [*LORA, "traffic.duration=10s", "trials=4",
                                          "variants={a: {}, b: {}}",
                                          'slo={by_adapter: {sql: {ttft: ["p50 < 500ms"]}}}'])
-    root = tmp_path / "lora-ab"
-    root.mkdir()
-    (root / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
-    arms = resolve_variants(scenario)
-    rng = np.random.default_rng(5)
-    for position, (name, k) in enumerate(trial_order(["a", "b"], 4), start=1):
-        folder = root / "trials" / trial_folder_name(position, name, k)
-        folder.mkdir(parents=True)
-        (folder / "scenario.yaml").write_text(yaml.safe_dump(arms[name].to_yaml_dict()))
+
+    def rows_of_trial(name: str, rng: np.random.Generator) -> list[dict]:
         sql_ttft = (0.3 if name == "a" else 0.7) * rng.lognormal(0, 0.03)
-        writer = SampleWriter(folder / "samples" / "samples-host-1.arrows")
-        for row in (_rows("base", 0.1, 60, 0, every=2) + _rows("sql", sql_ttft, 60, 1, every=2)):
-            writer.append(row)
-        writer.close()
-        (folder / "run_status.json").write_text("{}")  # the run ended (as the runner writes)
-        render_run(folder)
+        return _rows("base", 0.1, 60, 0, every=2) + _rows("sql", sql_ttft, 60, 1, every=2)
+
+    root = write_experiment_from_rows(tmp_path / "lora-ab", scenario, rows_of_trial)
     summary = render_experiment(root).summary
     assert summary["invalid_reasons"] == [], summary["invalid_reasons"]
     jsonschema.validate(summary, json.loads(

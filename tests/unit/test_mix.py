@@ -140,36 +140,21 @@ def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> Non
 def test_a_parts_cell_is_compared_across_trials(tmp_path: Path) -> None:
     """`compare.cells: [chat:ttft.p50, long-doc:ttft.p50]`: each trial's value comes from its
     own part's rows; a change in the chat part only is found there and not in the other."""
-    import yaml
-
-    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from tests.support.synthetic import write_experiment_from_rows
     from vllm_slo.reports.experiment_report import render_experiment
-    from vllm_slo.reports.run_report import render_run
-    from vllm_slo.scenarios.loader import resolve_variants
-    from vllm_slo.scenarios.samples_format import SampleWriter
 
     scenario, _ = load_scenario("chat", [
         "traffic.profile=mix", "traffic.mix={chat: 3, long-doc: 1}", "traffic.duration=10s",
         'slo={by_profile: {chat: {ttft: ["p50 < 80ms"]}}}', "trials=5",
         "variants={a: {}, b: {}}",
         "compare.cells=[chat:ttft.p50, long-doc:ttft.p50, chat:output_throughput.mean]"])
-    root = tmp_path / "mix-ab"
-    root.mkdir()
-    (root / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
-    arms = resolve_variants(scenario)
-    rng = np.random.default_rng(5)
-    for position, (name, k) in enumerate(trial_order(["a", "b"], 5), start=1):
-        folder = root / "trials" / trial_folder_name(position, name, k)
-        folder.mkdir(parents=True)
-        (folder / "scenario.yaml").write_text(yaml.safe_dump(arms[name].to_yaml_dict()))
+
+    def rows_of_trial(name: str, rng: np.random.Generator) -> list[dict]:
         chat_ttft = (0.05 if name == "a" else 0.10) * rng.lognormal(0, 0.03)
-        writer = SampleWriter(folder / "samples" / "samples-host-1.arrows")
-        for row in (_rows("chat", chat_ttft, 0.01, 60, 0)
-                    + _rows("long-doc", 0.8 * rng.lognormal(0, 0.03), 0.02, 20, 100)):
-            writer.append(row)
-        writer.close()
-        (folder / "run_status.json").write_text("{}")  # the run ended (as the runner writes)
-        render_run(folder)
+        return (_rows("chat", chat_ttft, 0.01, 60, 0)
+                + _rows("long-doc", 0.8 * rng.lognormal(0, 0.03), 0.02, 20, 100))
+
+    root = write_experiment_from_rows(tmp_path / "mix-ab", scenario, rows_of_trial)
     summary = render_experiment(root).summary
     assert summary["invalid_reasons"] == [], summary["invalid_reasons"]
     jsonschema.validate(summary, json.loads(
