@@ -120,6 +120,31 @@ def test_the_end_of_a_run_cuts_no_request(tmp_path: Path) -> None:
     assert len(served - set(table["request_id"])) <= 2  # the readiness check's own
 
 
+def test_a_processes_run_waits_for_requests_that_outlast_the_window(tmp_path: Path) -> None:
+    """A `--processes` master quit 0.5 s after telling its workers to stop and had them
+    SIGINTed 3 s later, while they were still giving their users `stop_timeout` to finish:
+    every request that outlasted the window by more than ~3 s was cut and its row lost (16 of
+    32 here; on the H200, 192 requests queued behind max-num-seqs 64). Now the master waits for
+    its workers, and every request sent is served to its end and is an `ok` row."""
+    record = tmp_path / "served.jsonl"
+    # 100 tokens at 50 ms: 5 s a request, so the second wave (sent ~5 s in, inside the 1 s +
+    # 6 s window) ends ~3 s after Locust's run time
+    with standin_server("--ttft", "0.01", "--itl", "0.05", "--record", str(record)) as url:
+        common = [o for o in COMMON if not o.startswith("traffic.chat.output_tokens=")]
+        result = run_cli(["run", "scenario=chat", f"server.url={url}", *common,
+                          "traffic.chat.output_tokens=100", "traffic.workers=2",
+                          "traffic.duration=6s", "traffic.warmup=1s",
+                          "traffic.arrival={kind: closed, users: 16, spawn_rate: 16, "
+                          "think_time: 0s}"], tmp_path)
+    assert result.returncode == 0, result.output
+    table = rows(result)
+    assert Counter(table["status"]) == {"ok": 32}, Counter(table["status"])
+    served = read_record_log(record)
+    sent_in_run = set(table["request_id"])
+    assert sent_in_run <= set(served)
+    assert all(served[request_id]["completion_tokens"] == 100 for request_id in sent_in_run)
+
+
 def test_closed_loop_stages_follow_the_shape(fast_standin: str, tmp_path: Path) -> None:
     result = run_cli(["run", "scenario=chat", f"server.url={fast_standin}", *COMMON,
                       "traffic.duration=8s", "traffic.warmup=0s",
