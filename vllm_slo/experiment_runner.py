@@ -250,9 +250,10 @@ class _Rounds:
                            else self._sequential_round(positions))
             elapsed_s = self.elapsed_before_s + time.monotonic() - started
             if interrupted:
-                action = NextAction(True, "interrupted", "interrupted: no further rounds; "
-                                    f"continue with\n  vllm-slo run --resume {self.run_dir}")
-                self.say(action.detail)
+                resume = f"vllm-slo run --resume {self.run_dir}"
+                action = NextAction(True, "interrupted",
+                                    f"no further rounds; continue with {resume}")
+                self.say(f"interrupted: no further rounds; continue with\n  {resume}")
                 break
             rounds = round_index + 1
             decisions = self._look(rounds)

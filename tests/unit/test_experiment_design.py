@@ -355,6 +355,8 @@ def test_an_interrupted_experiment_resumes_in_its_round_order(
     stopping = json.loads((run_dir / STOPPING_FILE).read_text())
     assert (stopping["reason"], stopping["rounds"], stopping["looks"]) == ("interrupted", 1, 0)
     assert any("vllm-slo run --resume" in line for line in said)
+    # the stored reason is whole on one line (was cut to "...; continue with" at its newline)
+    assert stopping["detail"] == f"no further rounds; continue with vllm-slo run --resume {run_dir}"
 
     ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=None)
     said.clear()
