@@ -137,9 +137,9 @@ requires_vllm = pytest.mark.skipif(
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that needs vLLM must carry the `vllm` mark too: `tox -e ci` runs the others two
+    """A test that needs vLLM must carry the `vllm` mark too: `tox -e ci` runs the others three
     at a time (`-m "not vllm"`, pytest-xdist) and these one at a time, each vLLM server on
-    cores of its own; one without the mark would start vLLM beside another test."""
+    cores of its own; one without the mark would start vLLM beside other tests."""
     unmarked = [item.nodeid for item in items
                 if requires_vllm.mark in item.iter_markers("skipif")
                 and item.get_closest_marker("vllm") is None]
