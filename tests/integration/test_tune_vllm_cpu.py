@@ -25,7 +25,7 @@ from tests.integration.conftest import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 SHORT = ["tune.trials=1", "tune.search=[]", "tune.grid={max-num-seqs: [2, 8]}",
          "traffic.duration=4s", "traffic.warmup=1s", "traffic.chat.turns=1",

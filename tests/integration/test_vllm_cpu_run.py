@@ -17,7 +17,7 @@ from tests.integration.conftest import (
 )
 from vllm_slo.transport.processes import process_group_alive
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 MAX_TOKENS = 16
 RUN_ARGS = ["run", "scenario=chat", "traffic.duration=15s", "traffic.warmup=3s",

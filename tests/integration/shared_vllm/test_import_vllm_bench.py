@@ -24,7 +24,7 @@ from vllm_slo.servers.tiny_model import ensure_tiny_model
 from vllm_slo.servers.vllm_server import VllmServer
 from vllm_slo.transport.processes import pin
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 COMMITTED = REPO / "tests" / "unit" / "data" / "vllm_bench"
 NUM_PROMPTS = 40

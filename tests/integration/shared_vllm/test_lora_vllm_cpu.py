@@ -19,7 +19,7 @@ from tests.integration.conftest import requires_vllm, run_cli
 from tests.integration.shared_vllm.conftest import LORA_ADAPTERS
 from vllm_slo.servers.vllm_server import VllmServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 
 def _answer(base_url: str, model: str) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from tests.integration.conftest import HEALTH_BOUNDS_OFF, requires_vllm, run_cli
 from vllm_slo.reports.analysis.prefix_cache import WARNING_NAME
 from vllm_slo.servers.vllm_server import VllmServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 SHORT = ("traffic.duration=6s", "traffic.warmup=2s", "traffic.chat.system_prompt_tokens=64",
          "traffic.chat.turns=2", "traffic.chat.output_tokens=8",

@@ -14,7 +14,7 @@ from tests.integration.conftest import requires_vllm, run_cli
 from tests.integration.shared_vllm.conftest import MAX_MODEL_LEN
 from vllm_slo.servers.vllm_server import VllmServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 TEMPLATE_SLACK_TOKENS = 16  # chat template tokens per message (role tags, bos/eos)
 

@@ -18,7 +18,7 @@ import pytest
 from tests.integration.conftest import HEALTH_BOUNDS_OFF, requires_vllm, run_cli
 from vllm_slo.servers.vllm_server import VllmServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm]
 
 END_MARKER_ID = 3  # <|unk|> of the tiny tokenizer: the plugin's end of reasoning
 
