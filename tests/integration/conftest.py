@@ -139,8 +139,8 @@ requires_vllm = pytest.mark.skipif(
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that needs vLLM (`requires_vllm`) is marked `vllm` here, in one place: `tox
-    -e ci` runs the others three at a time (`-m "not vllm"`, pytest-xdist) and these one at a
-    time, each vLLM server on cores of its own."""
+    -e ci` runs the others three at a time (`-m "not vllm and not timing"`, pytest-xdist) and
+    these (with the `timing` tests) one at a time, each vLLM server on cores of its own."""
     for item in items:
         if requires_vllm.mark in item.iter_markers("skipif"):
             item.add_marker(pytest.mark.vllm)

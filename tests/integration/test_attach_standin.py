@@ -38,6 +38,7 @@ ATTACH = ["traffic.duration=6s", "traffic.warmup=1s", "traffic.arrival.users=4",
           *HEALTH_BOUNDS_OFF]  # the timings are asserted against the configured ones
 
 
+@pytest.mark.timing
 def test_measured_timings_equal_the_configured_ones(timed_standin: str, tmp_path: Path) -> None:
     result = run_cli(["run", "scenario=chat", f"server.url={timed_standin}", *ATTACH,
                       "slo.ttft=[\"p50 < 200ms\"]", "slo.e2e=[\"p50 < 50ms\"]",

@@ -203,6 +203,7 @@ def test_requests_in_flight_at_ctrl_c_are_kept(slow_standin: str, tmp_path: Path
     assert all(table["ok"])
 
 
+@pytest.mark.timing
 def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
     """The reader pump stamps each chunk right after its read: at moderate concurrency (32
     streams, one chunk every 10 ms each) every content chunk is stamped after the stand-in

@@ -7,8 +7,9 @@ which comes after the client's send). The client below timestamps each SSE event
 
 On a quiet machine the errors are 0.5-2 ms (the event loop's epoll timeout has millisecond
 granularity). CPU contention (two busy processes on two cores) delays wakeups by 10-30 ms, and
-can only ever delay: so each timing measurement is repeated with a fresh request up to ATTEMPTS
-times and one attempt must meet the tolerance (see `timed`). A wrong schedule fails every attempt.
+can only ever delay: so each timing measurement is repeated with a fresh request (five attempts,
+`timed` in tests/support/timing.py) and one attempt must meet the tolerance. A wrong schedule
+fails every attempt. The file is marked `timing`: `tox -e ci` runs it apart from the parallel step.
 """
 
 from __future__ import annotations
@@ -23,22 +24,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.timing import timed
 from vllm_slo.servers.standin.cli import READY_PREFIX
 from vllm_slo.servers.standin.config import StandinConfig
 from vllm_slo.servers.standin.faults import FAULT_HEADER, FAULT_KINDS, XSS_PAYLOADS
 from vllm_slo.servers.standin.server import StandinServer, running_standin
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 TOL_S = 0.010
 EARLY_S = 1e-4  # causality: nothing may arrive before its scheduled time (minus clock slack)
-ATTEMPTS = 5
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -188,17 +189,6 @@ def completion_body(max_tokens: int = 8, stream: bool = True) -> dict:
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})
     return body
-
-
-def timed(measure: Callable[[], None], attempts: int = ATTEMPTS) -> None:
-    """Run a timing measurement; on a miss repeat it (contention only delays), `attempts` in all."""
-    for attempt in range(attempts):
-        try:
-            measure()
-            return
-        except AssertionError:
-            if attempt == attempts - 1:
-                raise
 
 
 @pytest.fixture

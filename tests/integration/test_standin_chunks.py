@@ -2,7 +2,9 @@
 configured token pattern (with per-chunk usage) and a configured reasoning phase on an exact
 schedule; the suite's own client, row builder, samples writer and analysis must give back the
 tokens each chunk carried, the per-chunk ITL, the per-token ITL, TTFT, TTFT to the answer and
-the reasoning time (within the timer tolerance of the other stand-in tests)."""
+the reasoning time (within the timer tolerance of the other stand-in tests: a timing miss is
+retried with fresh requests, as contention only delays; the file runs in `tox -e ci`'s serial
+step, marked `timing`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.timing import timed
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest
 from vllm_slo.loadtests.request_rows import request_row
@@ -21,6 +24,8 @@ from vllm_slo.scenarios.samples_format import SampleWriter
 from vllm_slo.servers.standin.config import StandinConfig
 from vllm_slo.servers.standin.server import running_standin
 from vllm_slo.transport.http_stream import HttpStreamClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 TOL_S = 0.015  # a chunk's arrival after its scheduled write, as the stand-in tests allow
 EARLY_S = 0.002
@@ -55,25 +60,32 @@ def _series(outcomes: list[RequestOutcome], tmp_path: Path, max_tokens: int) -> 
 
 def test_pattern_chunks_give_exact_tokens_and_both_itls(tmp_path: Path) -> None:
     """Chunks of 1, 3, 2 tokens (cycled) over 12 tokens: sizes 1,3,2,1,3,2; each chunk is sent
-    when its last token is made (token i at ttft + i*itl), so the chunk gaps are 3, 2, 1, 3, 2
-    itl and per token every gap is exactly one itl."""
+    when its last token is made (token i at ttft + i*itl): at ttft + (0, 3, 5, 6, 9, 11) itl,
+    chunk gaps of 3, 2, 1, 3, 2 itl, and per token every gap is exactly one itl."""
     config = StandinConfig(ttft_s=TTFT_S, itl_s=ITL_S, chunk_pattern=(1, 3, 2))
-    with running_standin(config) as url:
-        outcomes = _send(url, 12)
-    for outcome in outcomes:
-        assert outcome.ok and outcome.output_tokens == 12
-        assert outcome.chunk_tokens == (1, 3, 2, 1, 3, 2)
-        gaps = np.diff(outcome.content_chunk_perf_s)
-        expected = np.array([3, 2, 1, 3, 2]) * ITL_S
-        assert np.all(gaps > expected - TOL_S) and np.all(gaps < expected + TOL_S), gaps
-    series = _series(outcomes, tmp_path, 12)
-    assert series.itl_s.size == 15 and series.itl_token_s.size == 3 * 11
-    assert abs(float(np.median(series.itl_token_s)) - ITL_S) < 0.004
-    assert abs(float(np.median(series.itl_s)) - 2 * ITL_S) < 0.006  # gaps 3,2,1,3,2 itl
-    assert abs(float(series.itl_token_s.mean()) - ITL_S) < 0.004
-    tpot = series.tpot_s  # (e2e - ttft) / 11 from the usage count: the same pace
-    assert np.all(np.abs(tpot - ITL_S) < 0.004), tpot
-    facts = summarize(series).stream
+    attempts: list[tuple[list[RequestOutcome], RunSeries]] = []
+
+    def measure() -> None:
+        with running_standin(config) as url:
+            outcomes = _send(url, 12)
+        series = _series(outcomes, tmp_path / f"attempt{len(attempts)}", 12)
+        attempts.append((outcomes, series))
+        for outcome in outcomes:
+            assert outcome.ok and outcome.output_tokens == 12
+            assert outcome.chunk_tokens == (1, 3, 2, 1, 3, 2)
+            arrivals = np.asarray(outcome.content_chunk_perf_s) - outcome.send_perf_s
+            scheduled = TTFT_S + np.array([0, 3, 5, 6, 9, 11]) * ITL_S  # each chunk's last token
+            assert np.all(arrivals > scheduled - EARLY_S), arrivals - scheduled
+            assert np.all(arrivals < scheduled + TOL_S), arrivals - scheduled
+        assert series.itl_s.size == 15 and series.itl_token_s.size == 3 * 11
+        assert abs(float(np.median(series.itl_token_s)) - ITL_S) < 0.004
+        assert abs(float(np.median(series.itl_s)) - 2 * ITL_S) < 0.006  # gaps 3,2,1,3,2 itl
+        assert abs(float(series.itl_token_s.mean()) - ITL_S) < 0.004
+        tpot = series.tpot_s  # (e2e - ttft) / 11 from the usage count: the same pace
+        assert np.all(np.abs(tpot - ITL_S) < 0.004), tpot
+
+    timed(measure)
+    facts = summarize(attempts[-1][1]).stream
     assert facts is not None and facts.chunks == 18 and facts.tokens_per_chunk_max == 3
     assert facts.tokens_per_chunk_mean == pytest.approx(2.0)
     assert facts.multi_token_chunk_share == pytest.approx(4 / 6)
@@ -87,21 +99,28 @@ def test_reasoning_then_answer_is_timed_apart(tmp_path: Path, field: str) -> Non
     reasoning tokens 5 by per-chunk usage."""
     config = StandinConfig(ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=5,
                            reasoning_field=field)
-    with running_standin(config) as url:
-        outcomes = _send(url, 10, reasoning=True)
-    for outcome in outcomes:
-        assert outcome.ok and outcome.reasoning_chunks == 5 and outcome.reasoning_tokens == 5
-        assert outcome.chunk_tokens == (1,) * 10
-        assert outcome.first_answer_perf_s is not None
-        ttft = outcome.content_chunk_perf_s[0] - outcome.send_perf_s
-        answer = outcome.first_answer_perf_s - outcome.send_perf_s
-        assert TTFT_S - EARLY_S <= ttft <= TTFT_S + TOL_S
-        assert TTFT_S + 5 * ITL_S - EARLY_S <= answer <= TTFT_S + 5 * ITL_S + TOL_S
-    series = _series(outcomes, tmp_path, 10)
-    assert series.ttft_answer_s.size == 3 and series.reasoning_time_s.size == 3
-    assert np.all(np.abs(series.reasoning_time_s - 5 * ITL_S) < TOL_S), series.reasoning_time_s
-    assert np.all(series.ttft_answer_s - series.ttft_s > 5 * ITL_S - TOL_S)
-    facts = summarize(series).stream
+    attempts: list[RunSeries] = []
+
+    def measure() -> None:
+        with running_standin(config) as url:
+            outcomes = _send(url, 10, reasoning=True)
+        series = _series(outcomes, tmp_path / f"attempt{len(attempts)}", 10)
+        attempts.append(series)
+        for outcome in outcomes:
+            assert outcome.ok and outcome.reasoning_chunks == 5 and outcome.reasoning_tokens == 5
+            assert outcome.chunk_tokens == (1,) * 10
+            assert outcome.first_answer_perf_s is not None
+            ttft = outcome.content_chunk_perf_s[0] - outcome.send_perf_s
+            answer = outcome.first_answer_perf_s - outcome.send_perf_s
+            assert TTFT_S - EARLY_S <= ttft <= TTFT_S + TOL_S
+            assert TTFT_S + 5 * ITL_S - EARLY_S <= answer <= TTFT_S + 5 * ITL_S + TOL_S
+        assert series.ttft_answer_s.size == 3 and series.reasoning_time_s.size == 3
+        assert np.all(np.abs(series.reasoning_time_s - 5 * ITL_S) < TOL_S), \
+            series.reasoning_time_s
+        assert np.all(series.ttft_answer_s - series.ttft_s > 5 * ITL_S - TOL_S)
+
+    timed(measure)
+    facts = summarize(attempts[-1]).stream
     assert facts is not None and facts.reasoning_requests == 3
     assert facts.reasoning_without_answer == 0 and facts.reasoning_tokens_mean == 5.0
 
