@@ -40,6 +40,7 @@ from vllm_slo.reports.analysis.server_metrics import run_preemptions
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunRates
 from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
+    GIVEN_ORIGIN,
     CandidateResult,
     SearchFinding,
     args_key,
@@ -168,9 +169,12 @@ class Tune:
 
     def check_grid(self) -> list[dict[str, Any]]:
         """The grid's complete args sets, every one checked by vLLM's parser (the scenario's
-        own args when there is no grid)."""
+        own args when there is no grid), and the scenario's own args too with tune.baseline."""
         points = [{**self.base_args, **point} for point in grid_candidates(self.spec.grid)]
-        self.check_args([(f"grid point {i}", args) for i, args in enumerate(points, 1)])
+        labelled = [(f"grid point {i}", args) for i, args in enumerate(points, 1)]
+        if self.spec.baseline:
+            labelled.append((GIVEN_ORIGIN, dict(self.base_args)))
+        self.check_args(labelled)
         return points
 
     def _changed(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -274,10 +278,14 @@ class Tune:
         return dict(self.candidates[ranking.best].args) if ranking.best else dict(self.base_args)
 
     def search(self) -> None:
-        if self.spec.grid:
-            points = self.check_grid()
-            grid = [self.candidate(args, "grid") for args in points]
-            self.say(f"grid: {len(grid)} candidate(s) × {self.trials_per_candidate} trial(s)")
+        points = self.check_grid() if self.spec.grid or self.spec.baseline else []
+        # the scenario's own args first, then the grid: one interleaved set of trials
+        given = [self.candidate(dict(self.base_args), GIVEN_ORIGIN)] if self.spec.baseline else []
+        named = {c.name: c for c in [*given, *(self.candidate(args, "grid") for args in points)]}
+        grid = list(named.values())  # a grid point equal to the scenario's args: one candidate
+        if grid:
+            self.say(f"{'grid' if self.spec.grid else 'as given'}: {len(grid)} candidate(s) × "
+                     f"{self.trials_per_candidate} trial(s)")
             self.run_trials(grid)
         for index, search in enumerate(self.spec.search, start=1):
             start_args = self.incumbent_args()

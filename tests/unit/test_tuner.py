@@ -91,6 +91,38 @@ def test_a_search_alone_starts_from_the_scenarios_own_args(tmp_path: Path) -> No
     assert json.loads((tmp_path / "tune.json").read_text())["searches"][0]["boundary"] == 8
 
 
+def test_baseline_runs_the_scenarios_own_args_first_among_the_grid(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """tune.baseline: the scenario's own args are candidate c01 ("as given"), checked by vLLM's
+    parser with the grid and interleaved with it; a grid point equal to them is that one
+    candidate; tune.json states the recommendation's gain over it."""
+    checked: list[str] = []
+    monkeypatch.setattr(tuner, "validate_server_args",
+                        lambda specs, platform: checked.extend(label for label, _ in specs))
+    document = {**SCENARIO, "server": {"model": "tiny", "args": {"max-model-len": 2048,
+                                                                  "max-num-seqs": 2}},
+                "tune": {"trials": 2, "baseline": True,
+                         "grid": {"max-num-seqs": [2, 8]}}}
+    tune = FakeTune(Scenario.model_validate(document), tmp_path, lambda text: None)
+    tune.run()
+    assert checked[:3] == ["grid point 1", "grid point 2", "as given"]
+    # max-num-seqs 2 is the scenario's own value: that grid point is c01, not a new candidate
+    assert list(tune.candidates) == ["c01", "c02"]
+    assert (tune.candidates["c01"].origin, tune.candidates["c01"].changed) == ("as given", {})
+    assert tune.trials_run == [("c01", 1), ("c02", 1), ("c02", 2), ("c01", 2)]
+    gain = json.loads((tmp_path / "tune.json").read_text())["gain_over_given"]
+    assert (gain["given"], gain["best"]) == ("c01", "c02")
+    assert gain["ratio"]["value"] == pytest.approx(8.05 / 2.05, rel=0.02)
+    # a search alone from the scenario's own args: they run first, as a candidate of their own
+    alone = {**document, "tune": {"trials": 1, "baseline": True, "search": [
+        {"arg": "max-num-seqs", "start": 4, "factor": 2, "until": ["slo_fail"]}]}}
+    searched = FakeTune(Scenario.model_validate(alone), tmp_path / "alone", lambda text: None)
+    (tmp_path / "alone").mkdir()
+    searched.run()
+    assert searched.trials_run == [("c01", 1), ("c02", 1), ("c03", 1), ("c04", 1)]
+    assert [c.args["max-num-seqs"] for c in searched.candidates.values()] == [2, 4, 8, 16]
+
+
 def test_a_search_from_an_unset_arg_is_a_usage_error(tmp_path: Path) -> None:
     document = {**SCENARIO, "tune": {"search": [
         {"arg": "max-num-batched-tokens", "start": "max-num-seqs", "factor": 2,

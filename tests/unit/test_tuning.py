@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from pydantic import ValidationError
 
 from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
+    GIVEN_ORIGIN,
     CandidateResult,
+    gain_over_given,
     grid_candidates,
     pareto_front,
     rank_candidates,
@@ -23,6 +26,9 @@ from vllm_slo.reports.analysis.tuning import (
 )
 from vllm_slo.reports.tune_report import build_tune, write_tune
 from vllm_slo.scenarios.model import Scenario, SearchSpec
+
+TUNE_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /
+                          "tune.schema.json").read_text())
 
 
 def result(name: str, values: tuple[float, ...], *, verdict: str = "PASS",
@@ -123,6 +129,8 @@ def test_tune_section_is_validated() -> None:
     base = {"name": "t"}
     with pytest.raises(ValidationError, match=r"grid.*or a search"):
         Scenario.model_validate({**base, "tune": {}})
+    with pytest.raises(ValidationError, match="baseline alone has nothing to compare"):
+        Scenario.model_validate({**base, "tune": {"baseline": True}})
     with pytest.raises(ValidationError, match="exactly one of factor"):
         Scenario.model_validate({**base, "tune": {"search": [
             {"arg": "max-num-seqs", "start": 4, "factor": 2, "step": 1, "until": ["slo_fail"]}]}})
@@ -144,10 +152,11 @@ def test_tune_section_is_validated() -> None:
     assert Scenario.model_validate(ok.to_yaml_dict()) == ok
 
 
-def tune_result(candidates: list[CandidateResult], interrupted: bool = False) -> TuneResult:
+def tune_result(candidates: list[CandidateResult], interrupted: bool = False,
+                baseline: bool = False) -> TuneResult:
     scenario = Scenario.model_validate({
         "name": "t", "slo": {"ttft": ["p50 < 1s"]},
-        "tune": {"grid": {"max-num-seqs": [2, 8]}, "trials": 4}})
+        "tune": {"grid": {"max-num-seqs": [2, 8]}, "trials": 4, "baseline": baseline}})
     return TuneResult(scenario, "20261201T000000Z-t-tune", 4, candidates, [], "ttft.p50",
                       "output_throughput.mean", interrupted, "/models/tiny")
 
@@ -186,3 +195,54 @@ def test_tune_exit_codes() -> None:
         "exit_code"] == 4
     none_started = [result("c2", (), failures=("KV cache too small",))]
     assert build_tune(tune_result(none_started))[0]["exit_code"] == 4
+
+
+def given(values: tuple[float, ...], failures: tuple[str, ...] = ()) -> CandidateResult:
+    """The scenario's own args (nothing changed), as tune.baseline runs them."""
+    return CandidateResult("c01", {"max-num-seqs": 4}, {}, GIVEN_ORIGIN, values, failures, 0,
+                           "PASS", 0.0, tuple(100 * v for v in values), (0.1,) * len(values))
+
+
+def test_the_gain_over_the_scenarios_own_args_is_best_over_given_per_trial(tmp_path: Path
+                                                                          ) -> None:
+    """4 + 4 trials, best at ~4.2x the as-given goodput: the gain is best / given with its
+    interval, significant (4 + 4 reach p = 0.029 exactly, unadjusted: one comparison)."""
+    candidates = [given((2.0, 2.1, 2.2, 2.3)),
+                  result("c02", (8.5, 8.6, 8.7, 8.8), args={"max-num-seqs": 8})]
+    gain = gain_over_given(candidates, "c02")
+    assert gain is not None and (gain.given, gain.best) == ("c01", "c02")
+    assert gain.versus_given is not None
+    ratio = gain.versus_given.ratio
+    assert 3.7 < ratio.value < 4.4 and ratio.ci_low > 1.0
+    assert gain.versus_given.p_value == pytest.approx(2 / 70)
+    assert gain.versus_given.significant
+    document, text, view = build_tune(tune_result(candidates, baseline=True))
+    jsonschema.validate(document, TUNE_SCHEMA)
+    assert document["gain_over_given"]["ratio"]["value"] == pytest.approx(ratio.value)
+    assert document["gain_over_given"]["significant"] is True
+    assert "gain over the scenario's own args: c02 over c01 (as given): ×4." in text
+    assert "significant; the best was picked by these trials" in text
+    assert view.gain.startswith("c02 over c01 (as given): ×4.")
+    page = write_tune(tmp_path, tune_result(candidates, baseline=True)).report_path.read_text()
+    assert "<p id=\"gain\">Gain over the scenario's own args: c02 over c01 (as given): ×4." \
+        in page
+    # 2 + 2 trials: a ratio, but no test can decide it; and the as-given candidate as the best
+    few = build_tune(tune_result([given((2.0, 2.1)), result("c02", (8.5, 8.6))]))[0]
+    assert few["gain_over_given"]["testable"] is False
+    assert few["gain_over_given"]["ratio"]["value"] > 1.0
+    best = build_tune(tune_result([given((9.0, 9.1)), result("c02", (8.5, 8.6))]))
+    assert best[0]["gain_over_given"] == {"given": "c01", "best": "c01", "ratio": None,
+                                          "p_value": None, "significant": False,
+                                          "testable": False}
+    assert "c01 is the scenario's own args (as given): no gain from tuning here" in best[1]
+
+
+def test_without_a_valid_as_given_candidate_there_is_no_gain_and_baseline_says_why() -> None:
+    others = [result("c02", (8.5, 8.6), args={"max-num-seqs": 8})]
+    assert build_tune(tune_result(others, baseline=True))[0]["gain_over_given"] is None
+    document = build_tune(tune_result([given((), failures=("CUDA out of memory",)), *others],
+                                      baseline=True))[0]
+    assert document["gain_over_given"] is None
+    assert any("c01, as given) ran no valid trial (its server did not start)" in w
+               for w in document["warnings"])
+    assert document["recommended"]["candidate"] == "c02"

@@ -655,6 +655,10 @@ class TuneSpec(Frozen):
         "(ttft, tpot, e2e); throughputs are means over the measured window")
     trials: int | None = Field(None, ge=1, le=100,
                                description="trials per candidate (default: the scenario's)")
+    baseline: bool = Field(
+        False, description="also run the scenario's own server args as a candidate ('as "
+        "given', first, interleaved with the grid), so the tune states the recommendation's "
+        "gain over them (the 'N x over defaults' question when they are vLLM's defaults)")
     grid: Annotated[dict[str, list[EngineArgValue]], AfterValidator(_grid_values)] = Field(
         default_factory=dict, description="flag -> values; every combination is a candidate")
     search: list[SearchSpec] = Field(
@@ -667,8 +671,11 @@ class TuneSpec(Frozen):
 
     @model_validator(mode="after")
     def _something_to_search(self) -> TuneSpec:
-        if not self.grid and not self.search:
+        if not self.grid and not self.search and not self.baseline:
             raise ValueError("tune needs a grid (flag -> values) or a search procedure")
+        if not self.grid and not self.search:
+            raise ValueError("tune.baseline alone has nothing to compare the scenario's own "
+                             "args with: add a grid or a search")
         combinations = 1
         for values in self.grid.values():
             combinations *= len(values)

@@ -13,9 +13,11 @@ from typing import Any
 from vllm_slo.reports.analysis.comparison import format_change_interval
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
+    Gain,
     RankEntry,
     Ranking,
     SearchFinding,
+    gain_over_given,
     median_or_nan,
     pareto_front,
     rank_candidates,
@@ -80,6 +82,35 @@ def ratio_json(entry: RankEntry) -> dict[str, Any] | None:
             "testable": entry.versus_best.testable}
 
 
+def gain_json(gain: Gain | None) -> dict[str, Any] | None:
+    if gain is None:
+        return None
+    document: dict[str, Any] = {"given": gain.given, "best": gain.best, "ratio": None,
+                                "p_value": None, "significant": False, "testable": False}
+    comparison = gain.versus_given
+    if comparison is not None:
+        ratio = comparison.ratio
+        document.update(
+            ratio={"value": ratio.value, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high,
+                   "confidence": comparison.interval_confidence},
+            p_value=comparison.p_value, significant=comparison.significant,
+            testable=comparison.testable)
+    return document
+
+
+def gain_text(cell: str, gain: Gain) -> str:
+    """`c03 over c01 (as given): +41.0% [+12.5%, +77.0%], p=0.029`."""
+    if gain.versus_given is None:
+        return f"{gain.best} is the scenario's own args (as given): no gain from tuning here"
+    comparison = gain.versus_given
+    p = "" if comparison.p_value is None else f", p={comparison.p_value:.2g}"
+    standing = ("significant" if comparison.significant else
+                "too few trials to tell" if not comparison.testable else "not significant")
+    return (f"{gain.best} over {gain.given} (as given): "
+            f"{format_change_interval(cell, comparison)}{p} ({standing}; the best was picked "
+            "by these trials, so the estimate leans high)")
+
+
 def versus_text(cell: str, entry: RankEntry) -> str:
     if entry.versus_best is None:
         return "" if entry.eligible else "n/a"
@@ -103,6 +134,7 @@ class TuneSummary:
     best: CandidateResult | None  # the recommended candidate
     command: str  # the recommended `vllm serve` command line ("" without one)
     note: str  # how the recommendation stands against the others
+    gain: Gain | None = None  # the recommendation against the scenario's own args, when run
 
     @property
     def objective_cell(self) -> str:
@@ -141,6 +173,7 @@ class TuneSummary:
                 "candidate": best.name, "changed": dict(best.changed), "args": dict(best.args),
                 "command": self.command, "config_file": RECOMMENDED_CONFIG_FILE,
                 "tied_with": list(ranking.tied_with_best), "note": self.note},
+            "gain_over_given": gain_json(self.gain),
             "exit_code": int(self.exit_code), "warnings": list(self.warnings),
         }
         redacted: dict[str, Any] = redact_secrets(document)
@@ -169,6 +202,12 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
         warnings.append(f"{result.trials_per_candidate} trial(s) per candidate can never show a "
                         f"significant difference at alpha {alpha:g} after Holm: the ranking "
                         "orders medians only (raise tune.trials)")
+    gain = gain_over_given(candidates, ranking.best, alpha)
+    given = next((c for c in candidates if not c.changed), None)
+    if spec.baseline and given is not None and not given.objective_values:
+        warnings.append(f"the scenario's own args ({given.name}, as given) ran no valid trial"
+                        f"{' (its server did not start)' if not given.started else ''}: the "
+                        "tune cannot say what tuning buys over them")
     best = by_name.get(ranking.best) if ranking.best else None
     command = recommended_command(result.model, dict(best.args)) if best else ""
     note = ""
@@ -179,4 +218,5 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
                 "significantly better than every other eligible candidate" if
                 len([e for e in ranking.entries if e.eligible]) > 1 else
                 "the only eligible candidate")
-    return TuneSummary(result, ranking, points, front, exit_code, warnings, best, command, note)
+    return TuneSummary(result, ranking, points, front, exit_code, warnings, best, command, note,
+                       gain)

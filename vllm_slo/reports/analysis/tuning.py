@@ -227,3 +227,33 @@ def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
 
 def median_or_nan(values: Sequence[float]) -> float:
     return float(np.median(values)) if len(values) else float("nan")
+
+
+GIVEN_ORIGIN = "as given"  # the candidate of the scenario's own server args (tune.baseline)
+
+
+@dataclass(frozen=True, slots=True)
+class Gain:
+    """What the recommendation buys over the scenario's own server args ("as given"): its
+    objective against the as-given candidate's, per trial. `versus_given` is None when the
+    as-given candidate is itself the recommendation. The recommendation was picked by these
+    same trials, so the estimate leans high (a winner's curse): confirm a gain that matters
+    with an experiment of the two configs on fresh trials."""
+
+    given: str
+    best: str
+    versus_given: Comparison | None  # b / a = best / given, one comparison (no Holm family)
+
+
+def gain_over_given(candidates: Sequence[CandidateResult], best: str | None,
+                    alpha: float = 0.05) -> Gain | None:
+    """The recommendation against the candidate whose args are the scenario's own (nothing
+    changed), when both exist and the as-given one has valid trials; else None."""
+    given = next((c for c in candidates if not c.changed), None)
+    if best is None or given is None or not given.objective_values:
+        return None
+    if given.name == best:
+        return Gain(given.name, best, None)
+    chosen = next(c for c in candidates if c.name == best)
+    return Gain(given.name, best, compare_trials(np.array(given.objective_values),
+                                                 np.array(chosen.objective_values), alpha))

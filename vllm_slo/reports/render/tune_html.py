@@ -9,7 +9,12 @@ from dataclasses import dataclass
 import yaml
 
 from vllm_slo.reports.analysis.comparison import format_cell_value
-from vllm_slo.reports.analysis.tune_summary import TuneSummary, args_text, versus_text
+from vllm_slo.reports.analysis.tune_summary import (
+    TuneSummary,
+    args_text,
+    gain_text,
+    versus_text,
+)
 from vllm_slo.reports.analysis.tuning import median_or_nan
 from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.render.figures import pareto_figure
@@ -67,6 +72,7 @@ class TuneView:
     warnings: list[str]
     recommended: str  # "c03: max-num-seqs=8", or why there is none
     recommended_note: str
+    gain: str  # the recommendation over the scenario's own args, "" when they did not run
     command: str
     objective: str
     rank_rows: list[RankRow]
@@ -129,7 +135,9 @@ def build_tune_view(summary: TuneSummary, experiment_report: bool = False) -> Tu
         title=f"Tune: {result.scenario.name}", run_id=result.run_id,
         description=result.scenario.description, outcome=outcome,
         outcome_class=outcome.lower(), headline=headline(summary), warnings=summary.warnings,
-        recommended=recommended, recommended_note=summary.note, command=summary.command,
+        recommended=recommended, recommended_note=summary.note,
+        gain="" if summary.gain is None else gain_text(cell, summary.gain),
+        command=summary.command,
         objective=OBJECTIVE_NAMES[spec.objective], rank_rows=rank_rows(summary),
         search_rows=search_rows(summary), candidate_rows=candidate_rows, figures=figures,
         pareto_note=(f"on the front ({result.throughput_cell} up, {result.latency_cell} down): "

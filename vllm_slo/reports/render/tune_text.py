@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_slo.reports.analysis.tune_summary import TuneSummary
+from vllm_slo.reports.analysis.tune_summary import TuneSummary, gain_text
 from vllm_slo.reports.redaction import redact_text
 from vllm_slo.reports.render.tune_html import headline, rank_rows, search_rows
 
@@ -22,6 +22,9 @@ def render_tune_text(summary: TuneSummary) -> str:
     if summary.best is not None:
         lines += [f"recommended: {summary.best.name} ({summary.note})",
                   f"  {redact_text(summary.command)}"]
+        if summary.gain is not None:
+            lines.append(f"gain over the scenario's own args: "
+                         f"{gain_text(summary.objective_cell, summary.gain)}")
     else:
         lines.append("recommended: none (no candidate started, ran valid trials and met its "
                      "SLOs)")
