@@ -4,6 +4,13 @@
 #   bash benchmarks/h200_claims.sh start h200-prefix-caching-ab h200-eager-ab   # returns
 #   bash benchmarks/h200_claims.sh wait 560      # progress until done or 560 s passed
 #   bash benchmarks/h200_claims.sh collect       # $OUT/claims.tgz (no raw samples) + table
+# A tune longer than one session goes on in the next: `collect` also packs each tune folder
+# with its trials' rows ($OUT/tune-folders.tgz.part-*, 15 MiB each); carried back to a fresh
+# machine in a folder of their own,
+#   bash benchmarks/h200_claims.sh restore DIR   # unpacks them into /tmp/claims
+#   bash benchmarks/h200_claims.sh resume NAME   # `tune --resume /tmp/claims/NAME` (or
+#                                                # `run --resume` for an experiment folder)
+# and `wait` / `collect` as above. The scenario and its overrides are the folder's own.
 # Each scenario is `python3 -m vllm_slo run scenario=NAME` (or `tune` for h200-tune) with
 # --runs-dir /tmp/claims; the device's vLLM comes from the recipe (docs/gpu.md), sourced by
 # the caller: eval "$(bash .gpu/recipe/device.sh env)". Results go to docs/results/h200/.
@@ -16,33 +23,57 @@
 #   while it is the only one, CLAIMS_TRIAL_S before the second start (default 150), or when
 #   CLAIMS_END passes. Later
 #   scenarios in the list are then skipped.
+# CLAIMS_DIR (optional): the runs folder instead of /tmp/claims (the script's own test).
 # CLAIMS_PYTHON_DIR (optional): run `python3 -m vllm_slo` from this directory (e.g. an exported
 #   commit, so another person's uncommitted edits in the checkout do not travel into the run).
 set -uo pipefail
-CLAIMS=/tmp/claims
+CLAIMS=${CLAIMS_DIR:-/tmp/claims}
 DRIVER_LOG=$CLAIMS/driver.log
 mkdir -p "$CLAIMS"
 
-start() {
+start() { # SCENARIO...: `run scenario=NAME` (`tune` for h200-tune), one after another
+  local commands=() name command
+  for name in "$@"; do
+    command=run
+    [ "$name" = h200-tune ] && command=tune
+    commands+=("$name|$command scenario=$name ${CLAIM_ARGS:-}")
+  done
+  launch "${commands[@]}"
+}
+
+resume() { # RUN_DIR...: folders under $CLAIMS (restored or interrupted) continued: a tune
+  # folder (tune.yaml) with `tune --resume`, an experiment with `run --resume`; each goes on
+  # with its own scenario (CLAIM_ARGS are not applied: --resume takes only credentials)
+  local commands=() name command
+  for name in "$@"; do
+    name=$(basename "$name")
+    [ -d "$CLAIMS/$name" ] || { echo "no folder $CLAIMS/$name (restore it first)"; return 2; }
+    command=run
+    [ -f "$CLAIMS/$name/tune.yaml" ] && command=tune
+    commands+=("$name|$command --resume $CLAIMS/$name")
+  done
+  launch "${commands[@]}"
+}
+
+launch() { # "LABEL|vllm_slo arguments"...: one driver in the background, then the watchdog
   [ -f "$CLAIMS/driver.pid" ] && kill -0 "$(cat $CLAIMS/driver.pid)" 2>/dev/null && {
     echo "already running: $(cat $CLAIMS/driver.pid)"; return 1; }
-  local script=$CLAIMS/driver.sh
+  local script=$CLAIMS/driver.sh item label arguments
   {
     echo "set -u"
-    for name in "$@"; do
-      local command=run
-      [ "$name" = h200-tune ] && command=tune
-      echo "echo \"=== \$(date -u +%T) $command $name\""
-      echo "[ -f $CLAIMS/stop ] && { echo '=== skipped $name: past CLAIMS_END'; echo '=== all done'; exit 0; }"
-      echo "(cd ${CLAIMS_PYTHON_DIR:-.} && exec python3 -m vllm_slo --runs-dir $CLAIMS $command scenario=$name ${CLAIM_ARGS:-}) &"
-      echo "echo \$! > $CLAIMS/run.pid; wait \$!; echo \"=== exit \$? $name\""
+    for item in "$@"; do
+      label=${item%%|*}; arguments=${item#*|}
+      echo "echo \"=== \$(date -u +%T) $arguments\""
+      echo "[ -f $CLAIMS/stop ] && { echo '=== skipped $label: past CLAIMS_END'; echo '=== all done'; exit 0; }"
+      echo "(cd ${CLAIMS_PYTHON_DIR:-.} && exec python3 -m vllm_slo --runs-dir $CLAIMS $arguments) &"
+      echo "echo \$! > $CLAIMS/run.pid; wait \$!; echo \"=== exit \$? $label\""
     done
     echo "echo '=== all done'"
   } > "$script"
   rm -f "$CLAIMS/stop"
   setsid nohup bash "$script" > "$DRIVER_LOG" 2>&1 < /dev/null &
   echo $! > "$CLAIMS/driver.pid"
-  echo "started $* (pid $!), log $DRIVER_LOG"
+  echo "started ${*%%|*} (pid $!), log $DRIVER_LOG"
   if [ -n "${CLAIMS_END:-}" ]; then
     cp "$0" "$CLAIMS/claims.sh"  # the checkout may be re-copied while this runs
     setsid nohup bash "$CLAIMS/claims.sh" _watchdog "$CLAIMS_END" "${CLAIMS_TRIAL_S:-150}" \
@@ -78,6 +109,12 @@ watchdog() { # END TRIAL_S: SIGTERM the run when a trial starts that cannot end 
   done
 }
 
+restore() { # PARTS_DIR: the tune folders a previous session's `collect` packed, into $CLAIMS
+  local parts=("$1"/tune-folders.tgz.part-*)
+  [ -f "${parts[0]}" ] || { echo "no tune-folders.tgz.part-* in $1"; return 2; }
+  cat "${parts[@]}" | tar -xzf - -C "$CLAIMS" && ls "$CLAIMS"
+}
+
 wait_for() {
   local until=$(( $(date +%s) + ${1:-540} ))
   while [ "$(date +%s)" -lt "$until" ]; do
@@ -93,6 +130,17 @@ collect() {
   tar -czf "$OUT/claims.tgz" -C "$CLAIMS" --exclude='*.arrows' --exclude='samples.parquet' \
     --exclude='requests.parquet' --exclude='samples' . && ls -la "$OUT/claims.tgz"
   cp "$DRIVER_LOG" "$OUT/driver.log"
+  # a tune (tune.yaml) goes on in a later session from its folder with the trials' rows
+  # (`tune --resume` re-reads them): each tune folder whole but the raw streams, in parts
+  # of 15 MiB (what one file back from the device may be), for `restore` there
+  local tunes=() folder
+  for folder in "$CLAIMS"/*/tune.yaml; do
+    [ -f "$folder" ] && tunes+=("$(basename "$(dirname "$folder")")")
+  done
+  if [ "${#tunes[@]}" -gt 0 ]; then
+    tar -czf - -C "$CLAIMS" --exclude='*.arrows' --exclude='requests.parquet' "${tunes[@]}" \
+      | split -b 15M - "$OUT/tune-folders.tgz.part-" && ls -la "$OUT"/tune-folders.tgz.part-*
+  fi
   for summary in "$CLAIMS"/*/summary.json; do
     [ -f "$summary" ] || continue
     python3 - "$summary" <<'EOF'
@@ -106,8 +154,11 @@ EOF
 
 case ${1:-} in
   start) shift; start "$@" ;;
+  resume) shift; resume "$@" ;;
+  restore) restore "${2:?a folder holding tune-folders.tgz.part-*}" ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
   _watchdog) watchdog "$2" "$3" ;;
-  *) echo "usage: $0 start SCENARIO... | wait SECONDS | collect"; exit 2 ;;
+  *) echo "usage: $0 start SCENARIO... | resume RUN_DIR... | restore PARTS_DIR | wait SECONDS | collect"
+     exit 2 ;;
 esac
