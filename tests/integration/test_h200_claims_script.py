@@ -36,7 +36,7 @@ def _script(claims: Path, out: Path, *arguments: str) -> subprocess.CompletedPro
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "CLAIM_ARGS": " ".join(f"'{a}'" for a in SMALL)}
     return subprocess.run(["bash", str(SCRIPT), *arguments], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=REPO)
+                          env=env, timeout=60, cwd=REPO)
 
 
 def _wait_for(log: Path, text: str, timeout_s: float) -> str:
@@ -73,7 +73,7 @@ def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Pat
     started = _script(first, out1, "start", "h200-tune")
     assert started.returncode == 0, started.stdout + started.stderr
     log = first / "driver.log"
-    _wait_for(log, "=== trial 2:", 90)  # trial 1 done; stop trial 2 as the watchdog would
+    _wait_for(log, "=== trial 2:", 120)  # trial 1 done; stop trial 2 as the watchdog would
     os.kill(int((first / "run.pid").read_text()), signal.SIGTERM)
     driver = _wait_for(log, "=== all done", 60)
     assert "interrupted: no further trials" in driver, driver
@@ -98,7 +98,7 @@ def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Pat
 
     resumed = _script(second, out2, "resume", tune_dir.name)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    driver = _wait_for(second / "driver.log", "=== all done", 100)
+    driver = _wait_for(second / "driver.log", "=== all done", 300)
     assert f"tune --resume {second / tune_dir.name}" in driver
     assert "done before, kept" in driver and "resuming tune" in driver, driver
     tune = json.loads((second / tune_dir.name / "tune.json").read_text())
