@@ -4,9 +4,9 @@
 #   bash benchmarks/h200_claims.sh start h200-prefix-caching-ab h200-eager-ab   # returns
 #   bash benchmarks/h200_claims.sh wait 560      # progress until done or 560 s passed
 #   bash benchmarks/h200_claims.sh collect       # $OUT/claims.tgz (no raw samples) + table
-# A tune longer than one session goes on in the next: `collect` also packs each tune folder
-# with its trials' rows ($OUT/tune-folders.tgz.part-*, 15 MiB each); carried back to a fresh
-# machine in a folder of their own,
+# A tune or experiment longer than one session goes on in the next: `collect` also packs each
+# interrupted one with its trials' rows ($OUT/resumable.tgz.part-*, 15 MiB each); carried to a
+# fresh machine in a folder of their own,
 #   bash benchmarks/h200_claims.sh restore DIR   # unpacks them into /tmp/claims
 #   bash benchmarks/h200_claims.sh resume NAME   # `tune --resume /tmp/claims/NAME` (or
 #                                                # `run --resume` for an experiment folder)
@@ -109,9 +109,9 @@ watchdog() { # END TRIAL_S: SIGTERM the run when a trial starts that cannot end 
   done
 }
 
-restore() { # PARTS_DIR: the tune folders a previous session's `collect` packed, into $CLAIMS
-  local parts=("$1"/tune-folders.tgz.part-*)
-  [ -f "${parts[0]}" ] || { echo "no tune-folders.tgz.part-* in $1"; return 2; }
+restore() { # PARTS_DIR: the folders a previous session's `collect` packed, into $CLAIMS
+  local parts=("$1"/resumable.tgz.part-*)
+  [ -f "${parts[0]}" ] || { echo "no resumable.tgz.part-* in $1"; return 2; }
   cat "${parts[@]}" | tar -xzf - -C "$CLAIMS" && ls "$CLAIMS"
 }
 
@@ -130,16 +130,24 @@ collect() {
   tar -czf "$OUT/claims.tgz" -C "$CLAIMS" --exclude='*.arrows' --exclude='samples.parquet' \
     --exclude='requests.parquet' --exclude='samples' . && ls -la "$OUT/claims.tgz"
   cp "$DRIVER_LOG" "$OUT/driver.log"
-  # a tune (tune.yaml) goes on in a later session from its folder with the trials' rows
-  # (`tune --resume` re-reads them): each tune folder whole but the raw streams, in parts
+  # what was cut short goes on in a later session from its folder with the trials' rows
+  # (`tune --resume` / `run --resume` re-read them): an interrupted tune (tune.json says so, or
+  # none yet) or experiment (stopping.json: interrupted), whole but the raw streams, in parts
   # of 15 MiB (what one file back from the device may be), for `restore` there
-  local tunes=() folder
-  for folder in "$CLAIMS"/*/tune.yaml; do
-    [ -f "$folder" ] && tunes+=("$(basename "$(dirname "$folder")")")
+  local resumable=() folder
+  for folder in "$CLAIMS"/*/; do
+    folder=${folder%/}
+    if [ -f "$folder/tune.yaml" ]; then
+      grep -qs '"interrupted": false' "$folder/tune.json" || resumable+=("$(basename "$folder")")
+    elif grep -qs '"reason": "interrupted"' "$folder/stopping.json"; then
+      resumable+=("$(basename "$folder")")
+    fi
   done
-  if [ "${#tunes[@]}" -gt 0 ]; then
-    tar -czf - -C "$CLAIMS" --exclude='*.arrows' --exclude='requests.parquet' "${tunes[@]}" \
-      | split -b 15M - "$OUT/tune-folders.tgz.part-" && ls -la "$OUT"/tune-folders.tgz.part-*
+  if [ "${#resumable[@]}" -gt 0 ]; then
+    echo "resumable (packed with their rows): ${resumable[*]}"
+    tar -czf - -C "$CLAIMS" --exclude='*.arrows' --exclude='requests.parquet' \
+      "${resumable[@]}" | split -b 15M - "$OUT/resumable.tgz.part-" \
+      && ls -la "$OUT"/resumable.tgz.part-*
   fi
   for summary in "$CLAIMS"/*/summary.json; do
     [ -f "$summary" ] || continue
@@ -155,7 +163,7 @@ EOF
 case ${1:-} in
   start) shift; start "$@" ;;
   resume) shift; resume "$@" ;;
-  restore) restore "${2:?a folder holding tune-folders.tgz.part-*}" ;;
+  restore) restore "${2:?a folder holding resumable.tgz.part-*}" ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
   _watchdog) watchdog "$2" "$3" ;;

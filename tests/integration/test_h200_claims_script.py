@@ -7,6 +7,7 @@ the ones a GPU session cannot afford to find broken."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -58,10 +59,8 @@ def claims(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     for folder in (first, second):
         pid_file = folder / "driver.pid"
         if pid_file.is_file():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Path, Path],
@@ -81,7 +80,7 @@ def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Pat
 
     collected = _script(first, out1, "collect")
     assert collected.returncode == 0, collected.stdout + collected.stderr
-    parts = sorted(out1.glob("tune-folders.tgz.part-*"))
+    parts = sorted(out1.glob("resumable.tgz.part-*"))
     assert parts and (out1 / "claims.tgz").is_file()
     with tarfile.open(out1 / "claims.tgz") as archive:  # the committed copy: no raw rows
         assert not [n for n in archive.getnames() if n.endswith(("samples.parquet", ".arrows"))]
@@ -106,6 +105,15 @@ def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Pat
     assert tune["candidates"][0]["origin"] == "as given"  # h200-tune's baseline ran first
     assert tune["gain_over_given"] is not None
     assert f"=== exit {tune['exit_code']} {tune_dir.name}" in driver
+    # the next collect packs what is still cut short, not the finished tune
+    for name, reason in (("exp-cut", "interrupted"), ("exp-done", "decided")):
+        (second / name).mkdir()
+        (second / name / "stopping.json").write_text(json.dumps({"reason": reason}, indent=2))
+    out3 = tmp_path / "out3"
+    out3.mkdir()
+    collected = _script(second, out3, "collect")
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert "resumable (packed with their rows): exp-cut\n" in collected.stdout
     # a name the machine does not hold is refused before anything starts
     missing = _script(second, out2, "resume", "no-such-run")
     assert missing.returncode == 2 and "restore it first" in missing.stdout
