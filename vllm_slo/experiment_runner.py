@@ -313,7 +313,10 @@ class _Rounds:
             if folder.exists():  # cut short: run it again from the start
                 shutil.rmtree(folder)
             self.say(f"\n=== {label} ===")
-            _, rendered = run_trial(self.arms[name], folder, self.say)
+            try:
+                _, rendered = run_trial(self.arms[name], folder, self.say)
+            except KeyboardInterrupt:  # a signal before the trial's own handling began
+                return True
             if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
                 return True
         return False

@@ -328,17 +328,19 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
         command_line=redact_secrets(sys.argv))
     model_path: str | None = None
     server: AttachedServer | VllmServer
-    if spec.url is not None:
-        server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s, api_key)
-        say(redact_text(f"attaching to {spec.url} ..."))
-    else:
-        dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache.resets else {}
-        server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
-        model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
-        provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
-        say(f"starting vLLM ({platform}): {' '.join(redact_secrets(server.plan.argv))}")
     interactive = sys.stdout.isatty()
-    try:
+    try:  # from here a Ctrl-C / SIGTERM (a tune's or experiment's watchdog) is an interrupted run
+        if spec.url is not None:
+            server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s,
+                                    api_key)
+            say(redact_text(f"attaching to {spec.url} ..."))
+        else:
+            dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache.resets else {}
+            # may build the tiny model or its LoRA adapters first (seconds)
+            server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
+            model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
+            provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
+            say(f"starting vLLM ({platform}): {' '.join(redact_secrets(server.plan.argv))}")
         with server:
             ready = server.ready
             assert ready is not None

@@ -237,6 +237,8 @@ class Tune:
         self.ran += 1
         try:
             _, rendered = run_trial(self.arm(candidate.changed), folder, self.say)
+        except KeyboardInterrupt:  # a signal before the trial's own handling began
+            raise _Interrupted from None
         except ServerError as error:  # OOM, KV cache too small, a config vLLM refuses
             (folder / START_FAILURE_FILE).write_text(json.dumps({"error": str(error)}) + "\n")
             self.say(f"{candidate.name}: the server did not start:\n{error}")

@@ -528,6 +528,42 @@ def test_resume_refuses_to_run_with_hidden_credentials(
     assert ran == []
 
 
+def test_a_signal_before_a_trials_own_handling_is_an_interrupted_experiment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM as the claims watchdog sends it, at a trial's start: the KeyboardInterrupt comes
+    out of run_trial itself (before its own handling); the experiment still stops as
+    interrupted, resumable (it went up to the CLI as 'interrupted before the report')."""
+    import yaml
+
+    from vllm_slo.scenarios.loader import resolve_variants
+    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+
+    scenario, _ = load_scenario("chunked-prefill-ab", ["trials={min: 2, max: 4}",
+                                                       "compare.cells=[ttft.p50]"])
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    names = list(scenario.variants)
+    ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=None)
+    fake = experiment_runner.run_trial
+
+    def run_trial(arm, folder, say):  # type: ignore[no-untyped-def]
+        if folder.name.startswith("003-"):
+            folder.mkdir(parents=True)  # what run_trial makes before its handling begins
+            raise KeyboardInterrupt
+        return fake(arm, folder, say)
+
+    monkeypatch.setattr(experiment_runner, "run_trial", run_trial)
+    said: list[str] = []
+    outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
+                                        said.append).run()
+    assert int(outcome.exit_code) == 4
+    stopping = json.loads((run_dir / STOPPING_FILE).read_text())
+    assert (stopping["reason"], stopping["rounds"]) == ("interrupted", 1)
+    assert any("vllm-slo run --resume" in line for line in said)
+    assert ran == [f"001-{names[0]}-1", f"002-{names[1]}-1"]
+
+
 def test_resume_runs_with_the_credentials_given_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = _secret_experiment(tmp_path)

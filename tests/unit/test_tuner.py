@@ -123,6 +123,22 @@ def test_baseline_runs_the_scenarios_own_args_first_among_the_grid(tmp_path: Pat
     assert [c.args["max-num-seqs"] for c in searched.candidates.values()] == [2, 4, 8, 16]
 
 
+def test_a_signal_before_a_trials_own_handling_is_an_interrupted_tune(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """SIGTERM at a trial's start (the claims watchdog's moment): the KeyboardInterrupt comes
+    out of run_trial itself; the tune still stops as interrupted and writes its report."""
+    def run_trial(arm, folder, say):  # type: ignore[no-untyped-def]
+        folder.mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuner, "run_trial", run_trial)
+    said: list[str] = []
+    outcome = tuner.Tune(Scenario.model_validate(SCENARIO), tmp_path, said.append).run()
+    assert int(outcome.exit_code) == 4
+    assert json.loads((tmp_path / "tune.json").read_text())["interrupted"] is True
+    assert any("interrupted: no further trials; continue with" in line for line in said)
+
+
 def test_a_search_from_an_unset_arg_is_a_usage_error(tmp_path: Path) -> None:
     document = {**SCENARIO, "tune": {"search": [
         {"arg": "max-num-batched-tokens", "start": "max-num-seqs", "factor": 2,
