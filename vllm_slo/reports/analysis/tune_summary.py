@@ -18,6 +18,7 @@ from vllm_slo.reports.analysis.tuning import (
     Ranking,
     SearchFinding,
     gain_over_given,
+    given_candidate,
     median_or_nan,
     pareto_front,
     rank_candidates,
@@ -203,7 +204,7 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
                         f"significant difference at alpha {alpha:g} after Holm: the ranking "
                         "orders medians only (raise tune.trials)")
     gain = gain_over_given(candidates, ranking.best, alpha)
-    given = next((c for c in candidates if not c.changed), None)
+    given = given_candidate(candidates)
     if spec.baseline and given is not None and not given.objective_values:
         warnings.append(f"the scenario's own args ({given.name}, as given) ran no valid trial"
                         f"{' (its server did not start)' if not given.started else ''}: the "

@@ -245,11 +245,16 @@ class Gain:
     versus_given: Comparison | None  # b / a = best / given, one comparison (no Holm family)
 
 
+def given_candidate(candidates: Sequence[CandidateResult]) -> CandidateResult | None:
+    """The candidate whose args are the scenario's own (nothing changed), if one ran."""
+    return next((c for c in candidates if not c.changed), None)
+
+
 def gain_over_given(candidates: Sequence[CandidateResult], best: str | None,
                     alpha: float = 0.05) -> Gain | None:
-    """The recommendation against the candidate whose args are the scenario's own (nothing
-    changed), when both exist and the as-given one has valid trials; else None."""
-    given = next((c for c in candidates if not c.changed), None)
+    """The recommendation against the as-given candidate, when both exist and the as-given
+    one has valid trials; else None."""
+    given = given_candidate(candidates)
     if best is None or given is None or not given.objective_values:
         return None
     if given.name == best:
