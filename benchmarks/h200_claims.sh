@@ -132,8 +132,9 @@ collect() {
   cp "$DRIVER_LOG" "$OUT/driver.log"
   # what was cut short goes on in a later session from its folder with the trials' rows
   # (`tune --resume` / `run --resume` re-read them): an interrupted tune (tune.json says so, or
-  # none yet) or experiment (stopping.json: interrupted), whole but the raw streams, in parts
-  # of 15 MiB (what one file back from the device may be), for `restore` there
+  # none yet) or experiment (stopping.json: interrupted), whole but the raw streams and the
+  # HTML pages (each embeds Plotly, ~3.6 MB; re-rendered at the end), in parts of 15 MiB (what
+  # one file back from the device may be), for `restore` there
   local resumable=() folder
   for folder in "$CLAIMS"/*/; do
     folder=${folder%/}
@@ -146,7 +147,7 @@ collect() {
   if [ "${#resumable[@]}" -gt 0 ]; then
     echo "resumable (packed with their rows): ${resumable[*]}"
     tar -czf - -C "$CLAIMS" --exclude='*.arrows' --exclude='requests.parquet' \
-      "${resumable[@]}" | split -b 15M - "$OUT/resumable.tgz.part-" \
+      --exclude='*.html' "${resumable[@]}" | split -b 15M - "$OUT/resumable.tgz.part-" \
       && ls -la "$OUT"/resumable.tgz.part-*
   fi
   for summary in "$CLAIMS"/*/summary.json; do

@@ -93,7 +93,7 @@ def test_a_tune_stopped_in_one_session_is_finished_in_the_next(claims: tuple[Pat
     assert restored.returncode == 0, restored.stdout + restored.stderr
     trial1 = sorted((second / tune_dir.name / "trials").iterdir())[0]
     assert (trial1 / "samples.parquet").is_file()  # the rows `tune --resume` re-reads
-    assert not list(trial1.rglob("*.arrows"))
+    assert not list(trial1.rglob("*.arrows")) and not list(trial1.rglob("*.html"))
 
     resumed = _script(second, out2, "resume", tune_dir.name)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
