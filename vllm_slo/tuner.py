@@ -263,6 +263,8 @@ class Tune:
             if value is not None:
                 objective_values.append(value)
         group = Group(candidate.name, tuple(trials))
+        gpu_sets = {",".join((trial.provenance.get("host") or {}).get("gpu_uuids") or [])
+                    for trial in trials}
         verdicts = ([slo_across_trials(group, rule).verdict.value
                      for rule in self.base.slo.rules()] if group.valid_trials else [])
         return CandidateResult(
@@ -270,7 +272,8 @@ class Tune:
             tuple(objective_values),
             tuple(failures), sum(1 for t in trials if not t.valid), _verdict(verdicts),
             sum(preemptions) if preemptions else None,
-            tuple(group.values(THROUGHPUT_CELL)), tuple(group.values(latency_cell(self.base))))
+            tuple(group.values(THROUGHPUT_CELL)), tuple(group.values(latency_cell(self.base))),
+            tuple(sorted(gpu_sets - {""})))
 
     # the search -------------------------------------------------------------------------
 

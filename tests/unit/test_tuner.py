@@ -139,6 +139,34 @@ def test_a_signal_before_a_trials_own_handling_is_an_interrupted_tune(tmp_path: 
     assert any("interrupted: no further trials; continue with" in line for line in said)
 
 
+def test_each_candidates_gpus_come_from_its_trials_provenance(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """Real trial folders (synthetic rows), the grid's second candidate's trials on another
+    GPU (a tune resumed elsewhere): each candidate's GPU UUID sets are read from its trials'
+    provenance and the tune warns that the comparison includes the machine."""
+    from types import SimpleNamespace
+
+    from tests.support.synthetic import write_synthetic_trial
+    from vllm_slo.scenarios.errors import ExitCode
+
+    def run_trial(arm, folder, say):  # type: ignore[no-untyped-def]
+        seqs = arm.server.args["max-num-seqs"]
+        gpu = "GPU-aaaaaaaaaaaa" if seqs == 2 else "GPU-bbbbbbbbbbbb"
+        write_synthetic_trial(folder, arm.to_yaml_dict(), 0.05 * seqs, 1.0,
+                              seed=int(folder.name[:3]),
+                              provenance={"host": {"gpus": ["NVIDIA H200"], "gpu_uuids": [gpu]}})
+        return ExitCode.PASS, SimpleNamespace(summary={"invalid_reasons": []})
+
+    monkeypatch.setattr(tuner, "run_trial", run_trial)
+    document = {**SCENARIO, "tune": {"trials": 2, "grid": {"max-num-seqs": [2, 8]}}}
+    tuner.Tune(Scenario.model_validate(document), tmp_path, lambda text: None).run()
+    tune = json.loads((tmp_path / "tune.json").read_text())
+    assert [c["gpu_sets"] for c in tune["candidates"]] == [["GPU-aaaaaaaaaaaa"],
+                                                           ["GPU-bbbbbbbbbbbb"]]
+    assert any("ran on 2 different sets of GPUs (GPU-aaaaaaaa: c01; GPU-bbbbbbbb: c02)" in w
+               for w in tune["warnings"])
+
+
 def test_a_search_from_an_unset_arg_is_a_usage_error(tmp_path: Path) -> None:
     document = {**SCENARIO, "tune": {"search": [
         {"arg": "max-num-batched-tokens", "start": "max-num-seqs", "factor": 2,

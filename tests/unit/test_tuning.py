@@ -17,6 +17,7 @@ from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
     gain_over_given,
     grid_candidates,
+    machines_warning,
     pareto_front,
     rank_candidates,
     search_finding,
@@ -246,3 +247,26 @@ def test_without_a_valid_as_given_candidate_there_is_no_gain_and_baseline_says_w
     assert any("c01, as given) ran no valid trial (its server did not start)" in w
                for w in document["warnings"])
     assert document["recommended"]["candidate"] == "c02"
+
+
+def test_candidates_from_different_machines_are_named_in_a_warning() -> None:
+    """A tune resumed on another machine: its candidates' trials ran on different GPUs (by
+    UUID); the summary names which ran where and asks for an A/B on one machine."""
+    def on(name: str, values: tuple[float, ...], *gpus: str) -> CandidateResult:
+        base = result(name, values, args={"max-num-seqs": int(name[1:])})
+        return CandidateResult(base.name, base.args, base.changed, base.origin, values,
+                               gpu_sets=gpus)
+
+    one_machine = [on("c1", (1.0, 1.1), "GPU-aaaaaaaaaaaa-1"), on("c2", (2.0, 2.1),
+                                                                  "GPU-aaaaaaaaaaaa-1")]
+    assert machines_warning(one_machine) is None
+    assert machines_warning([on("c1", (1.0,)), on("c2", (2.0,))]) is None  # CPU: unknown
+    resumed = [*one_machine, on("c3", (3.0, 3.1), "GPU-bbbbbbbbbbbb-2"),
+               on("c4", (2.5, 2.6), "GPU-aaaaaaaaaaaa-1", "GPU-bbbbbbbbbbbb-2")]
+    warning = machines_warning(resumed)
+    assert warning is not None and warning.startswith("the trials ran on 2 different sets")
+    assert "GPU-aaaaaaaa: c1 c2 c4; GPU-bbbbbbbb: c3 c4" in warning
+    document = build_tune(tune_result(resumed))[0]
+    assert warning in document["warnings"]
+    assert document["candidates"][3]["gpu_sets"] == ["GPU-aaaaaaaaaaaa-1", "GPU-bbbbbbbbbbbb-2"]
+    jsonschema.validate(document, TUNE_SCHEMA)

@@ -10,19 +10,30 @@ import subprocess
 from pathlib import Path
 
 
-def gpu_names() -> list[str]:
-    """NVIDIA GPUs visible through nvidia-smi, e.g. ['NVIDIA H200, 570.86, 143771 MiB']."""
+def _query_gpus(fields: str) -> list[str]:
+    """nvidia-smi's CSV line per visible GPU for these `--query-gpu` fields; [] without one."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-             "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        result = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if result.returncode != 0:
         return []
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def gpu_names() -> list[str]:
+    """NVIDIA GPUs visible through nvidia-smi, e.g. ['NVIDIA H200, 570.86, 143771 MiB']."""
+    return _query_gpus("name,driver_version,memory.total")
+
+
+def gpu_uuids() -> list[str]:
+    """The visible GPUs' UUIDs ('GPU-1f6c...'): which physical GPUs a run had. Machines lent
+    one after another can share a hostname; a tune or experiment resumed on another machine
+    is told apart by these."""
+    return _query_gpus("uuid")
 
 
 def detect_platform() -> str:
@@ -61,4 +72,5 @@ def host_facts() -> dict[str, object]:
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpus": gpu_names(),
+        "gpu_uuids": gpu_uuids(),
     }

@@ -19,6 +19,7 @@ from vllm_slo.reports.analysis.tuning import (
     SearchFinding,
     gain_over_given,
     given_candidate,
+    machines_warning,
     median_or_nan,
     pareto_front,
     rank_candidates,
@@ -159,7 +160,8 @@ class TuneSummary:
                 "median": c.median, "start_failures": list(c.start_failures),
                 "invalid_trials": c.invalid_trials, "slo_verdict": c.slo_verdict,
                 "preemptions": c.preemptions, "throughput_values": list(c.throughput_values),
-                "latency_values": list(c.latency_values)} for c in result.candidates],
+                "latency_values": list(c.latency_values),
+                "gpu_sets": list(c.gpu_sets)} for c in result.candidates],
             "ranking": [{"rank": e.rank, "name": e.name, "median": e.median,
                          "eligible": e.eligible, "why_ineligible": e.why_ineligible,
                          "standing": e.standing, "ratio_to_best": ratio_json(e)}
@@ -203,6 +205,9 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
         warnings.append(f"{result.trials_per_candidate} trial(s) per candidate can never show a "
                         f"significant difference at alpha {alpha:g} after Holm: the ranking "
                         "orders medians only (raise tune.trials)")
+    machines = machines_warning(candidates)
+    if machines:
+        warnings.append(machines)
     gain = gain_over_given(candidates, ranking.best, alpha)
     given = given_candidate(candidates)
     if spec.baseline and given is not None and not given.objective_values:

@@ -84,6 +84,7 @@ class CandidateResult:
     preemptions: float | None = None  # vLLM's count over the trials; None: not exported
     throughput_values: tuple[float, ...] = ()  # output tokens/s per valid trial
     latency_values: tuple[float, ...] = ()  # the Pareto latency cell per valid trial
+    gpu_sets: tuple[str, ...] = ()  # the GPU UUID sets ("a,b") its trials ran on; () on CPU
 
     @property
     def started(self) -> bool:
@@ -262,3 +263,17 @@ def gain_over_given(candidates: Sequence[CandidateResult], best: str | None,
     chosen = next(c for c in candidates if c.name == best)
     return Gain(given.name, best, compare_trials(np.array(given.objective_values),
                                                  np.array(chosen.objective_values), alpha))
+
+
+def machines_warning(candidates: Sequence[CandidateResult]) -> str | None:
+    """When the candidates' trials ran on more than one set of GPUs (a tune resumed on another
+    machine), which ran where: a comparison across machines includes the machine."""
+    sets = sorted({gpus for c in candidates for gpus in c.gpu_sets})
+    if len(sets) < 2:
+        return None
+    where = "; ".join(
+        f"{', '.join(u[:12] for u in gpus.split(','))}: "
+        f"{' '.join(c.name for c in candidates if gpus in c.gpu_sets)}" for gpus in sets)
+    return (f"the trials ran on {len(sets)} different sets of GPUs ({where}): a comparison of "
+            "candidates from different machines includes the machine; confirm the "
+            "recommendation (and its gain) with an A/B of the two configs on one machine")
