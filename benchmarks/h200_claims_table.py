@@ -2,6 +2,9 @@
 
     python benchmarks/h200_claims_table.py [docs/results/h200/claims.sources.json]
 
+A tune folder (tune.json) is a claim too: the recommendation's gain over the scenario's own
+args (vLLM's defaults in h200-tune), as the tune states it (`tune_row`).
+
 The sources file lists the claims: the guide's statement, the experiment folder (its
 scenario.yaml and trials/*/summary.json, committed; no raw samples), the model and its
 parameter count, the GPU minutes it cost. For each claim this reads every trial's value of each
@@ -22,10 +25,11 @@ from typing import Any
 
 from vllm_slo.reports.analysis.comparison import format_ratio
 from vllm_slo.reports.analysis.experiment_design import sequential_design
+from vllm_slo.reports.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.analysis.sequential import decide_cells
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
-from vllm_slo.scenarios.run_files import SUMMARY_FILE
+from vllm_slo.scenarios.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
@@ -54,8 +58,51 @@ def valid_count(trial_values: list[float]) -> int:
     return sum(not math.isnan(value) for value in trial_values)
 
 
+def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A `vllm-slo tune` folder's claim ("N x over defaults"): the recommendation's gain over
+    the scenario's own args as tune.json states it (best / as given on the objective's
+    per-trial values, Mann-Whitney, one comparison): `changed` when significant, `undecided`
+    otherwise, `no gain` when the as-given args are themselves the best. The tune's warnings
+    (too few trials, machines, the winner's curse) go with it."""
+    tune = json.loads((folder / TUNE_SUMMARY_FILE).read_text())
+    gain = tune["gain_over_given"]
+    if gain is None:
+        raise SystemExit(f"{folder}: the tune states no gain over the scenario's own args "
+                         "(tune.baseline off, or they ran no valid trial)")
+    by_name = {c["name"]: c for c in tune["candidates"]}
+    given, best = by_name[gain["given"]], by_name[gain["best"]]
+    ratio = gain["ratio"] or {"value": 1.0, "ci_low": None, "ci_high": None,
+                              "confidence": 1 - tune["alpha"]}
+    verdict = ("no gain (defaults best)" if gain["ratio"] is None else
+               "changed" if gain["significant"] else "undecided")
+    changed = " ".join(f"{k}={v}" for k, v in best["changed"].items()) or "as given"
+    cell = OBJECTIVE_CELLS[tune["objective"]]
+    return {
+        "claim": source["claim"], "statement": source["statement"], "scenario": "tune",
+        "folder": source["folder"], "model": source["model"],
+        "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
+        "compared": f"{best['name']} ({changed}) vs {given['name']} (as given)",
+        "trials_per_arm": tune["trials_per_candidate"],
+        "design": {"test": "mann-whitney, one comparison (the tune's gain)",
+                   "alpha": tune["alpha"], "candidates": len(tune["candidates"])},
+        "gpu_minutes": source["gpu_minutes"],
+        "cells": [{"cell": cell, "verdict": verdict, "ratio": ratio["value"],
+                   "ratio_ci": [ratio["ci_low"], ratio["ci_high"]],
+                   "ratio_confidence": ratio["confidence"], "p_change": gain["p_value"],
+                   "p_equivalence": None, "level": tune["alpha"],
+                   "baseline_trials": given["objective_values"],
+                   "candidate_trials": best["objective_values"],
+                   "valid_trials": [len(given["objective_values"]),
+                                    len(best["objective_values"])],
+                   "warnings": tune["warnings"]}],
+        "command": source["command"],
+    }
+
+
 def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     folder = root / source["folder"]
+    if (folder / TUNE_SUMMARY_FILE).is_file():
+        return tune_row(source, folder)
     scenario = read_scenario(folder)
     design = sequential_design(scenario)
     if design is None:
@@ -104,7 +151,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             low, high = cell["ratio_ci"]
             ratio = ("n/a" if cell["ratio"] is None
                      else format_ratio(cell["ratio"], low, high)
-                     + f" ({cell['ratio_confidence']:.1%})")
+                     + ("" if low is None else f" ({cell['ratio_confidence']:.1%})"))
             trials = str(row["trials_per_arm"])
             if min(cell["valid_trials"]) < row["trials_per_arm"]:
                 trials += " ({}+{} valid)".format(*cell["valid_trials"])
