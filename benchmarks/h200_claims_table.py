@@ -25,8 +25,8 @@ from typing import Any
 
 from vllm_slo.reports.analysis.comparison import format_ratio
 from vllm_slo.reports.analysis.experiment_design import sequential_design
-from vllm_slo.reports.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.analysis.sequential import decide_cells
+from vllm_slo.reports.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
