@@ -297,25 +297,28 @@ def test_injected_markup_on_the_comparison_page_never_runs(browser) -> None:
 
 def test_tune_report_renders_in_chromium(browser) -> None:
     """tune.html from made-up candidate results: the Pareto plot drawn, one ranking row per
-    candidate, the recommended command shown, and untrusted text (a scenario description, a
-    server's start-failure log) shown as text, never run."""
+    candidate, the recommended command shown with its gain over the scenario's own args (c01,
+    as given: tune.baseline), and untrusted text (a scenario description, a server's
+    start-failure log) shown as text, never run."""
     from vllm_slo.reports.analysis.tune_summary import TuneResult
     from vllm_slo.reports.analysis.tuning import CandidateResult
     from vllm_slo.reports.tune_report import write_tune
     from vllm_slo.scenarios.model import Scenario
 
     def candidate(name: str, seqs: int, goodput: tuple[float, ...], *,
-                  failures: tuple[str, ...] = ()) -> CandidateResult:
+                  failures: tuple[str, ...] = (), given: bool = False) -> CandidateResult:
         args = {"max-num-seqs": seqs}
-        return CandidateResult(name, args, args, "grid", () if failures else goodput,
+        return CandidateResult(name, args, {} if given else args,
+                               "as given" if given else "grid", () if failures else goodput,
                                failures, 0, "none" if failures else "PASS", 0.0,
                                tuple(100 * g for g in goodput) if not failures else (),
                                tuple(1 / g for g in goodput) if not failures else ())
 
     scenario = Scenario.model_validate({
         "name": "browser-tune", "description": XSS, "slo": {"ttft": ["p90 < 1s"]},
-        "tune": {"grid": {"max-num-seqs": [2, 8, 32, 64]}, "trials": 4}})
-    candidates = [candidate("c01", 2, (2.0, 2.1, 1.9, 2.2)),
+        "server": {"args": {"max-num-seqs": 2}},
+        "tune": {"grid": {"max-num-seqs": [8, 32, 64]}, "trials": 4, "baseline": True}})
+    candidates = [candidate("c01", 2, (2.0, 2.1, 1.9, 2.2), given=True),
                   candidate("c02", 8, (6.0, 6.2, 5.8, 6.1)),
                   candidate("c03", 32, (7.0, 6.6, 7.2, 6.9)),
                   candidate("c04", 64, (), failures=(f"CUDA out of memory {XSS}",))]
@@ -337,4 +340,6 @@ def test_tune_report_renders_in_chromium(browser) -> None:
     text = browser.execute_script("return document.body.innerText")
     assert "vllm serve /models/tiny --max-num-seqs 32" in text
     assert XSS.split(" ")[0] in text  # the description, literally
+    gain = browser.find_element("id", "gain").text
+    assert gain.startswith("Gain over the scenario's own args: c03 over c01 (as given): ×3."), gain
     save_screenshot(browser, rendered.report_path)
