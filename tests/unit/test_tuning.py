@@ -198,31 +198,38 @@ def test_tune_exit_codes() -> None:
     assert build_tune(tune_result(none_started))[0]["exit_code"] == 4
 
 
-def given(values: tuple[float, ...], failures: tuple[str, ...] = ()) -> CandidateResult:
+def given(values: tuple[float, ...], failures: tuple[str, ...] = (),
+          verdict: str = "PASS") -> CandidateResult:
     """The scenario's own args (nothing changed), as tune.baseline runs them."""
     return CandidateResult("c01", {"max-num-seqs": 4}, {}, GIVEN_ORIGIN, values, failures, 0,
-                           "PASS", 0.0, tuple(100 * v for v in values), (0.1,) * len(values))
+                           verdict, 0.0, tuple(100 * v for v in values), (0.1,) * len(values))
 
 
 def test_the_gain_over_the_scenarios_own_args_is_best_over_given_per_trial(tmp_path: Path
                                                                           ) -> None:
-    """4 + 4 trials, best at ~4.2x the as-given goodput: the gain is best / given with its
-    interval, significant (4 + 4 reach p = 0.029 exactly, unadjusted: one comparison)."""
+    """4 + 4 trials, best at ~4.0x the as-given goodput: the gain is best / given with its
+    interval, the ranking's comparison of the pair turned round (one comparison in the family
+    here: 4 + 4 reach p = 2/70 exactly, significant)."""
     candidates = [given((2.0, 2.1, 2.2, 2.3)),
                   result("c02", (8.5, 8.6, 8.7, 8.8), args={"max-num-seqs": 8})]
-    gain = gain_over_given(candidates, "c02")
+    ranking = rank_candidates(candidates)
+    gain = gain_over_given(candidates, ranking)
     assert gain is not None and (gain.given, gain.best) == ("c01", "c02")
-    assert gain.versus_given is not None
-    ratio = gain.versus_given.ratio
-    assert 3.7 < ratio.value < 4.4 and ratio.ci_low > 1.0
-    assert gain.versus_given.p_value == pytest.approx(2 / 70)
-    assert gain.versus_given.significant
+    versus_best = ranking.entries[1].versus_best  # c01 / c02 in the ranking
+    assert versus_best is not None and gain.ratio is not None and gain.holm
+    assert gain.ratio == pytest.approx(1 / versus_best.ratio.value)
+    assert (gain.ci_low, gain.ci_high) == pytest.approx((1 / versus_best.ratio.ci_high,
+                                                         1 / versus_best.ratio.ci_low))
+    assert 3.7 < gain.ratio < 4.4 and gain.ci_low > 1.0
+    assert gain.p_value == pytest.approx(2 / 70) and gain.significant
     document, text, view = build_tune(tune_result(candidates, baseline=True))
     jsonschema.validate(document, TUNE_SCHEMA)
-    assert document["gain_over_given"]["ratio"]["value"] == pytest.approx(ratio.value)
+    assert document["gain_over_given"]["ratio"]["value"] == pytest.approx(gain.ratio)
     assert document["gain_over_given"]["significant"] is True
+    assert document["gain_over_given"]["holm"] is True
     assert "gain over the scenario's own args: c02 over c01 (as given): ×4." in text
-    assert "significant; the best was picked by these trials" in text
+    assert ("(significant, Holm over the ranking's comparisons with the best; the best was "
+            "picked by these trials") in text
     assert view.gain.startswith("c02 over c01 (as given): ×4.")
     page = write_tune(tmp_path, tune_result(candidates, baseline=True)).report_path.read_text()
     assert "<p id=\"gain\">Gain over the scenario's own args: c02 over c01 (as given): ×4." \
@@ -233,9 +240,42 @@ def test_the_gain_over_the_scenarios_own_args_is_best_over_given_per_trial(tmp_p
     assert few["gain_over_given"]["ratio"]["value"] > 1.0
     best = build_tune(tune_result([given((9.0, 9.1)), result("c02", (8.5, 8.6))]))
     assert best[0]["gain_over_given"] == {"given": "c01", "best": "c01", "ratio": None,
-                                          "p_value": None, "significant": False,
+                                          "p_value": None, "holm": False, "significant": False,
                                           "testable": False}
     assert "c01 is the scenario's own args (as given): no gain from tuning here" in best[1]
+
+
+def test_the_gain_never_contradicts_the_ranking() -> None:
+    """Three eligible candidates, 4 trials each: the as-given one is in the ranking's Holm
+    family of two comparisons with the best, so the gain carries the adjusted p (2/70 x 2 =
+    0.057: not significant), as the ranking calls the pair a tie; an unadjusted 0.029 would
+    call the same pair different on the same page."""
+    candidates = [given((2.0, 2.1, 1.9, 2.2)),
+                  result("c02", (6.0, 6.2, 5.8, 6.1), args={"max-num-seqs": 8}),
+                  result("c03", (7.0, 6.6, 7.2, 6.9), args={"max-num-seqs": 32})]
+    document, text, _ = build_tune(tune_result(candidates, baseline=True))
+    gain = document["gain_over_given"]
+    assert (gain["best"], gain["holm"], gain["significant"]) == ("c03", True, False)
+    assert gain["p_value"] == pytest.approx(4 / 70)
+    ranked = {r["name"]: r for r in document["ranking"]}
+    assert ranked["c01"]["ratio_to_best"]["p_adjusted"] == pytest.approx(gain["p_value"])
+    assert ranked["c01"]["ratio_to_best"]["significant"] is False
+    # 4 + 4 in a family of two can never reach p < 0.05: the ranking's tie, said alike
+    assert "c03 over c01 (as given): ×3.38, p=0.057 (too few trials to tell, Holm" in text
+
+
+def test_an_ineligible_as_given_candidate_is_one_comparison_of_its_own() -> None:
+    """The scenario's own args failed an SLO (not eligible, not in the ranking's family): the
+    gain is their own comparison with the best, unadjusted, and says so."""
+    candidates = [given((2.0, 2.1, 2.2, 2.3), verdict="FAIL"),
+                  result("c02", (8.5, 8.6, 8.7, 8.8), args={"max-num-seqs": 8}),
+                  result("c03", (8.0, 8.1, 8.2, 8.3), args={"max-num-seqs": 16})]
+    document, text, _ = build_tune(tune_result(candidates, baseline=True))
+    gain = document["gain_over_given"]
+    assert (gain["best"], gain["holm"], gain["significant"]) == ("c02", False, True)
+    assert gain["p_value"] == pytest.approx(2 / 70)
+    assert 3.7 < gain["ratio"]["value"] < 4.4
+    assert "one comparison: the as-given args are not eligible" in text
 
 
 def test_without_a_valid_as_given_candidate_there_is_no_gain_and_baseline_says_why() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import format_change_interval
+from vllm_slo.reports.analysis.comparison import format_change_interval, format_ratio
 from vllm_slo.reports.analysis.tuning import (
     CandidateResult,
     Gain,
@@ -87,30 +87,25 @@ def ratio_json(entry: RankEntry) -> dict[str, Any] | None:
 def gain_json(gain: Gain | None) -> dict[str, Any] | None:
     if gain is None:
         return None
-    document: dict[str, Any] = {"given": gain.given, "best": gain.best, "ratio": None,
-                                "p_value": None, "significant": False, "testable": False}
-    comparison = gain.versus_given
-    if comparison is not None:
-        ratio = comparison.ratio
-        document.update(
-            ratio={"value": ratio.value, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high,
-                   "confidence": comparison.interval_confidence},
-            p_value=comparison.p_value, significant=comparison.significant,
-            testable=comparison.testable)
-    return document
+    ratio = None if gain.ratio is None else {
+        "value": gain.ratio, "ci_low": gain.ci_low, "ci_high": gain.ci_high,
+        "confidence": gain.confidence}
+    return {"given": gain.given, "best": gain.best, "ratio": ratio, "p_value": gain.p_value,
+            "holm": gain.holm, "significant": gain.significant, "testable": gain.testable}
 
 
-def gain_text(cell: str, gain: Gain) -> str:
-    """`c03 over c01 (as given): +41.0% [+12.5%, +77.0%], p=0.029`."""
-    if gain.versus_given is None:
+def gain_text(gain: Gain) -> str:
+    """`c03 over c01 (as given): ×3.38 [×3.00, ×3.79], p=0.029 (significant, Holm ...)`."""
+    if gain.ratio is None:
         return f"{gain.best} is the scenario's own args (as given): no gain from tuning here"
-    comparison = gain.versus_given
-    p = "" if comparison.p_value is None else f", p={comparison.p_value:.2g}"
-    standing = ("significant" if comparison.significant else
-                "too few trials to tell" if not comparison.testable else "not significant")
+    p = "" if gain.p_value is None else f", p={gain.p_value:.2g}"
+    standing = ("significant" if gain.significant else
+                "too few trials to tell" if not gain.testable else "not significant")
+    family = ("Holm over the ranking's comparisons with the best" if gain.holm else
+              "one comparison: the as-given args are not eligible")
     return (f"{gain.best} over {gain.given} (as given): "
-            f"{format_change_interval(cell, comparison)}{p} ({standing}; the best was picked "
-            "by these trials, so the estimate leans high)")
+            f"{format_ratio(gain.ratio, gain.ci_low, gain.ci_high)}{p} ({standing}, {family}; "
+            "the best was picked by these trials, so the estimate leans high)")
 
 
 def versus_text(cell: str, entry: RankEntry) -> str:
@@ -208,7 +203,7 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
     machines = machines_warning(candidates)
     if machines:
         warnings.append(machines)
-    gain = gain_over_given(candidates, ranking.best, alpha)
+    gain = gain_over_given(candidates, ranking, alpha)
     given = given_candidate(candidates)
     if spec.baseline and given is not None and not given.objective_values:
         warnings.append(f"the scenario's own args ({given.name}, as given) ran no valid trial"

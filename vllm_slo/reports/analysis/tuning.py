@@ -235,15 +235,26 @@ GIVEN_ORIGIN = "as given"  # the candidate of the scenario's own server args (tu
 
 @dataclass(frozen=True, slots=True)
 class Gain:
-    """What the recommendation buys over the scenario's own server args ("as given"): its
-    objective against the as-given candidate's, per trial. `versus_given` is None when the
-    as-given candidate is itself the recommendation. The recommendation was picked by these
-    same trials, so the estimate leans high (a winner's curse): confirm a gain that matters
-    with an experiment of the two configs on fresh trials."""
+    """What the recommendation buys over the scenario's own server args ("as given"): best /
+    as-given on the objective's per-trial values. When the as-given candidate is eligible it is
+    one of the ranking's comparisons with the best, and the gain is that comparison turned
+    round (the Hodges-Lehmann ratio and its interval invert exactly; p is the same), Holm over
+    the ranking's family, so the page never calls one pair both tied and different; when it is
+    not eligible (an SLO failed), one comparison of its own. `ratio` is None when the as-given
+    candidate is itself the recommendation. The recommendation was picked by these same trials,
+    so the estimate leans high (a winner's curse): confirm a gain that matters with an A/B of
+    the two configs on fresh trials."""
 
     given: str
     best: str
-    versus_given: Comparison | None  # b / a = best / given, one comparison (no Holm family)
+    ratio: float | None = None  # best / given
+    ci_low: float | None = None  # None: these trials allow no interval at this level
+    ci_high: float | None = None
+    confidence: float | None = None
+    p_value: float | None = None  # Holm-adjusted within the ranking when `holm`
+    significant: bool = False
+    testable: bool = False
+    holm: bool = False
 
 
 def given_candidate(candidates: Sequence[CandidateResult]) -> CandidateResult | None:
@@ -251,18 +262,34 @@ def given_candidate(candidates: Sequence[CandidateResult]) -> CandidateResult | 
     return next((c for c in candidates if not c.changed), None)
 
 
-def gain_over_given(candidates: Sequence[CandidateResult], best: str | None,
+def _inverse(value: float | None) -> float | None:
+    return None if value is None or value == 0 else 1.0 / value
+
+
+def gain_over_given(candidates: Sequence[CandidateResult], ranking: Ranking,
                     alpha: float = 0.05) -> Gain | None:
     """The recommendation against the as-given candidate, when both exist and the as-given
     one has valid trials; else None."""
     given = given_candidate(candidates)
+    best = ranking.best
     if best is None or given is None or not given.objective_values:
         return None
     if given.name == best:
-        return Gain(given.name, best, None)
+        return Gain(given.name, best)
+    entry = next(e for e in ranking.entries if e.name == given.name)
+    if entry.versus_best is not None:  # given / best in the ranking's Holm family: inverted
+        comparison = entry.versus_best
+        ratio = comparison.ratio
+        return Gain(given.name, best, _inverse(ratio.value), _inverse(ratio.ci_high),
+                    _inverse(ratio.ci_low), comparison.interval_confidence,
+                    comparison.p_adjusted, comparison.significant, comparison.testable, True)
     chosen = next(c for c in candidates if c.name == best)
-    return Gain(given.name, best, compare_trials(np.array(given.objective_values),
-                                                 np.array(chosen.objective_values), alpha))
+    comparison = compare_trials(np.array(given.objective_values),
+                                np.array(chosen.objective_values), alpha)  # best / given
+    ratio = comparison.ratio
+    return Gain(given.name, best, ratio.value, ratio.ci_low, ratio.ci_high,
+                comparison.interval_confidence, comparison.p_value, comparison.significant,
+                comparison.testable, False)
 
 
 def machines_warning(candidates: Sequence[CandidateResult]) -> str | None:

@@ -136,7 +136,7 @@ def build_tune_view(summary: TuneSummary, experiment_report: bool = False) -> Tu
         description=result.scenario.description, outcome=outcome,
         outcome_class=outcome.lower(), headline=headline(summary), warnings=summary.warnings,
         recommended=recommended, recommended_note=summary.note,
-        gain="" if summary.gain is None else gain_text(cell, summary.gain),
+        gain="" if summary.gain is None else gain_text(summary.gain),
         command=summary.command,
         objective=OBJECTIVE_NAMES[spec.objective], rank_rows=rank_rows(summary),
         search_rows=search_rows(summary), candidate_rows=candidate_rows, figures=figures,

@@ -24,7 +24,7 @@ def render_tune_text(summary: TuneSummary) -> str:
                   f"  {redact_text(summary.command)}"]
         if summary.gain is not None:
             lines.append(f"gain over the scenario's own args: "
-                         f"{gain_text(summary.objective_cell, summary.gain)}")
+                         f"{gain_text(summary.gain)}")
     else:
         lines.append("recommended: none (no candidate started, ran valid trials and met its "
                      "SLOs)")
