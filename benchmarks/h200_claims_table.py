@@ -61,7 +61,8 @@ def valid_count(trial_values: list[float]) -> int:
 def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A `vllm-slo tune` folder's claim ("N x over defaults"): the recommendation's gain over
     the scenario's own args as tune.json states it (best / as given on the objective's
-    per-trial values, Mann-Whitney, one comparison): `changed` when significant, `undecided`
+    per-trial values, Mann-Whitney, Holm within the ranking when the defaults are eligible):
+    `changed` when significant, `undecided`
     otherwise, `no gain` when the as-given args are themselves the best. The tune's warnings
     (too few trials, machines, the winner's curse) go with it."""
     tune = json.loads((folder / TUNE_SUMMARY_FILE).read_text())
@@ -83,7 +84,8 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
         "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
         "compared": f"{best['name']} ({changed}) vs {given['name']} (as given)",
         "trials_per_arm": tune["trials_per_candidate"],
-        "design": {"test": "mann-whitney, one comparison (the tune's gain)",
+        "design": {"test": "mann-whitney, " + ("Holm within the tune's ranking" if gain["holm"]
+                                               else "one comparison (defaults not eligible)"),
                    "alpha": tune["alpha"], "candidates": len(tune["candidates"])},
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": cell, "verdict": verdict, "ratio": ratio["value"],
