@@ -12,7 +12,10 @@ import pytest
 
 from tests.integration.conftest import run_cli, standin_server
 
-pytestmark = pytest.mark.integration
+# `timing`: send lags p99 < 50 ms and each queued request's TTFT within 15 ms of its wait plus
+# the server's TTFT; three test files at a time on 2 cores missed the 15 ms by 3.6 ms in a CI
+# run: tox -e ci runs this file in its serial step
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 SLOW_TTFT_S = 0.5
 SLOW_ITL_S = 0.05
