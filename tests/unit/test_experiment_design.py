@@ -27,7 +27,7 @@ from vllm_slo.reports.analysis.sequential import CellDecision, SequentialDesign
 from vllm_slo.reports.analysis.statistics import Estimate
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.scenarios import model
-from vllm_slo.scenarios.loader import load_scenario
+from vllm_slo.scenarios.loader import load_scenario, resolve_variants
 from vllm_slo.scenarios.provenance import Provenance
 from vllm_slo.scenarios.run_files import STOPPING_FILE, TRIALS_DIR
 
@@ -330,14 +330,11 @@ def _fake_trials(monkeypatch: pytest.MonkeyPatch, ttft_s: dict[str, float],
     return ran
 
 
-def test_an_interrupted_experiment_resumes_in_its_round_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cut in round 2: stopping.json says interrupted after 1 round, the report is invalid
-    (exit 4); --resume keeps round 1, runs the cut trial again and goes on in the same order
-    until the design stops it."""
+def _sequential_experiment(tmp_path: Path) -> tuple[model.Scenario, Path]:
+    """chunked-prefill-ab as a sequential experiment (2 to 4 trials, one cell), its folder made
+    with its scenario.yaml as `vllm-slo run` leaves it before the first trial."""
     import yaml
 
-    from vllm_slo.scenarios.loader import resolve_variants
     from vllm_slo.scenarios.run_files import SCENARIO_FILE
 
     scenario, _ = load_scenario("chunked-prefill-ab", ["trials={min: 2, max: 4}",
@@ -345,6 +342,15 @@ def test_an_interrupted_experiment_resumes_in_its_round_order(
     run_dir = tmp_path / "exp"
     run_dir.mkdir()
     (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    return scenario, run_dir
+
+
+def test_an_interrupted_experiment_resumes_in_its_round_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut in round 2: stopping.json says interrupted after 1 round, the report is invalid
+    (exit 4); --resume keeps round 1, runs the cut trial again and goes on in the same order
+    until the design stops it."""
+    scenario, run_dir = _sequential_experiment(tmp_path)
     names = list(scenario.variants)
     ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=3)
     said: list[str] = []
@@ -533,16 +539,7 @@ def test_a_signal_before_a_trials_own_handling_is_an_interrupted_experiment(
     """SIGTERM as the claims watchdog sends it, at a trial's start: the KeyboardInterrupt comes
     out of run_trial itself (before its own handling); the experiment still stops as
     interrupted, resumable (it went up to the CLI as 'interrupted before the report')."""
-    import yaml
-
-    from vllm_slo.scenarios.loader import resolve_variants
-    from vllm_slo.scenarios.run_files import SCENARIO_FILE
-
-    scenario, _ = load_scenario("chunked-prefill-ab", ["trials={min: 2, max: 4}",
-                                                       "compare.cells=[ttft.p50]"])
-    run_dir = tmp_path / "exp"
-    run_dir.mkdir()
-    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    scenario, run_dir = _sequential_experiment(tmp_path)
     names = list(scenario.variants)
     ran = _fake_trials(monkeypatch, {names[0]: 0.05, names[1]: 0.20}, interrupt_at=None)
     fake = experiment_runner.run_trial
