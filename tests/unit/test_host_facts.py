@@ -13,7 +13,9 @@ from vllm_slo.servers import host
 
 FAKE_SMI = """#!/bin/sh
 case "$1" in
-  --query-gpu=uuid) printf 'GPU-1f6c2a9e-4b7d-8c3e-9a10-5d6e7f8a9b0c\\nGPU-77aa\\n' ;;
+  --query-gpu=name,driver_version,memory.total,uuid)
+    printf 'NVIDIA H200, 580.159.04, 143771 MiB, GPU-1f6c2a9e-4b7d-8c3e-9a10-5d6e7f8a9b0c\\n'
+    printf 'NVIDIA H200, 580.159.04, 143771 MiB, GPU-77aa\\n' ;;
   --query-gpu=name,driver_version,memory.total)
     printf 'NVIDIA H200, 580.159.04, 143771 MiB\\nNVIDIA H200, 580.159.04, 143771 MiB\\n' ;;
   *) exit 9 ;;
@@ -40,6 +42,6 @@ def test_gpus_are_recorded_by_name_and_uuid(tmp_path: Path,
 def test_a_failing_or_missing_nvidia_smi_gives_no_gpus(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     _smi_on_path(tmp_path, monkeypatch, "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    assert host.gpu_uuids() == [] and host.gpu_names() == []
+    assert host.host_facts()["gpu_uuids"] == [] and host.gpu_names() == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert host.host_facts()["gpu_uuids"] == [] and host.detect_platform() == "cpu"

@@ -9,6 +9,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+NAME_FIELDS = "name,driver_version,memory.total"  # gpu_names(): 'NVIDIA H200, 570.86, ...'
+
 
 def _query_gpus(fields: str) -> list[str]:
     """nvidia-smi's CSV line per visible GPU for these `--query-gpu` fields; [] without one."""
@@ -26,14 +28,16 @@ def _query_gpus(fields: str) -> list[str]:
 
 def gpu_names() -> list[str]:
     """NVIDIA GPUs visible through nvidia-smi, e.g. ['NVIDIA H200, 570.86, 143771 MiB']."""
-    return _query_gpus("name,driver_version,memory.total")
+    return _query_gpus(NAME_FIELDS)
 
 
-def gpu_uuids() -> list[str]:
-    """The visible GPUs' UUIDs ('GPU-1f6c...'): which physical GPUs a run had. Machines lent
-    one after another can share a hostname; a tune or experiment resumed on another machine
-    is told apart by these."""
-    return _query_gpus("uuid")
+def _gpus_and_uuids() -> tuple[list[str], list[str]]:
+    """gpu_names() and the GPUs' UUIDs ('GPU-1f6c...') from one nvidia-smi call (a process
+    start in every run's set-up, not two). The UUIDs tell which physical
+    GPUs a run had: machines lent one after another can share a hostname, and a tune or
+    experiment resumed on another machine is told apart by them."""
+    rows = [line.rsplit(", ", 1) for line in _query_gpus(f"{NAME_FIELDS},uuid")]
+    return [row[0] for row in rows], [row[-1] for row in rows]
 
 
 def detect_platform() -> str:
@@ -65,12 +69,13 @@ def git_commit(directory: Path) -> str | None:
 
 
 def host_facts() -> dict[str, object]:
+    gpus, uuids = _gpus_and_uuids()
     return {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "gpus": gpu_names(),
-        "gpu_uuids": gpu_uuids(),
+        "gpus": gpus,
+        "gpu_uuids": uuids,
     }
