@@ -279,7 +279,8 @@ class Tune:
 
     def incumbent_args(self) -> dict[str, Any]:
         """The best candidate's args so far; the scenario's own before any candidate ran."""
-        ranking = rank_candidates(list(self.results.values()), self.scenario.compare.alpha)
+        ranking = rank_candidates(list(self.results.values()), self.scenario.compare.alpha,
+                                  self.scenario.compare.test)
         return dict(self.candidates[ranking.best].args) if ranking.best else dict(self.base_args)
 
     def search(self) -> None:

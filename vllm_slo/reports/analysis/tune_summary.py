@@ -31,6 +31,10 @@ from vllm_slo.scenarios.run_files import RECOMMENDED_CONFIG_FILE
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
 
 TUNE_SCHEMA_VERSION = 1
+TESTABLE_TRIALS = {  # what each per-trial test needs before it can be significant
+    "welch-log": "it needs >= 2 valid trials a candidate",
+    "mann-whitney": "4 + 4 trials pass alone, not Holm over 2; 5 + 5 pass Holm over up to 6",
+}
 OBJECTIVE_CELLS = {  # how each objective's numbers are formatted
     "goodput": "request_throughput.mean",
     "output_throughput": "output_throughput.mean",
@@ -147,6 +151,7 @@ class TuneSummary:
         document: dict[str, Any] = {
             "schema_version": TUNE_SCHEMA_VERSION, "kind": "tune", "run_id": result.run_id,
             "objective": spec.objective, "alpha": result.scenario.compare.alpha,
+            "test": result.scenario.compare.test,
             "trials_per_candidate": result.trials_per_candidate,
             "interrupted": result.interrupted,
             "candidates": [{
@@ -181,10 +186,10 @@ class TuneSummary:
 def build_tune_summary(result: TuneResult) -> TuneSummary:
     spec = result.scenario.tune
     assert spec is not None
-    alpha = result.scenario.compare.alpha
+    alpha, test = result.scenario.compare.alpha, result.scenario.compare.test
     candidates = list(result.candidates)
     by_name = {c.name: c for c in candidates}
-    ranking = rank_candidates(candidates, alpha)
+    ranking = rank_candidates(candidates, alpha, test)
     points = {c.name: (median_or_nan(c.throughput_values), median_or_nan(c.latency_values))
               for c in candidates if c.started}
     front = pareto_front(points)
@@ -196,14 +201,17 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
         warnings.append("search steps run one after another (each step's trials back to back), "
                         "so drift over time is not balanced between steps as it is between "
                         "grid candidates")
-    if any(e.versus_best is not None and not e.versus_best.testable for e in ranking.entries):
-        warnings.append(f"{result.trials_per_candidate} trial(s) per candidate can never show a "
-                        f"significant difference at alpha {alpha:g} after Holm: the ranking "
-                        "orders medians only (raise tune.trials)")
+    untestable = [e.name for e in ranking.entries
+                  if e.versus_best is not None and not e.versus_best.testable]
+    if untestable:
+        warnings.append(f"{', '.join(untestable)}: too few valid trials ever to differ "
+                        f"significantly from the best ({test}, alpha {alpha:g} after Holm; "
+                        f"{TESTABLE_TRIALS[test]}): the ranking orders medians only there "
+                        "(raise tune.trials)")
     machines = machines_warning(candidates)
     if machines:
         warnings.append(machines)
-    gain = gain_over_given(candidates, ranking, alpha)
+    gain = gain_over_given(candidates, ranking, alpha, test)
     given = given_candidate(candidates)
     if spec.baseline and given is not None and not given.objective_values:
         warnings.append(f"the scenario's own args ({given.name}, as given) ran no valid trial"

@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.reports.analysis.trial_statistics import Comparison, compare_trials, with_holm
+from vllm_slo.reports.analysis.trial_statistics import (
+    Comparison,
+    TrialTest,
+    compare_trials,
+    with_holm,
+)
 from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
 
 Args = Mapping[str, EngineArgValue]
@@ -192,10 +197,13 @@ class Ranking:
     tied_with_best: tuple[str, ...] = field(default=())  # eligible, not significantly worse
 
 
-def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05) -> Ranking:
+def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05,
+                    test: TrialTest = "welch-log") -> Ranking:
     """Eligible candidates by objective median (higher is better), each compared with the
-    best on per-trial values (Mann-Whitney U, Hodges-Lehmann ratio interval, Holm over all
-    comparisons with the best); then the ineligible, in the order given."""
+    best on per-trial values with the scenario's per-trial test (`compare.test`: Welch t on
+    the logarithms, ratio of geometric means, as the experiment's own comparisons; or
+    Mann-Whitney U with the Hodges-Lehmann ratio), Holm over all comparisons with the best;
+    then the ineligible, in the order given."""
     eligible = sorted((c for c in candidates if c.eligible), key=lambda c: -(c.median or 0.0))
     others = [c for c in candidates if not c.eligible]
     if not eligible:
@@ -203,7 +211,7 @@ def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05) 
                              for i, c in enumerate(others, start=1)), alpha, None)
     best = eligible[0]
     comparisons = with_holm([compare_trials(np.array(best.objective_values),
-                                            np.array(c.objective_values), alpha)
+                                            np.array(c.objective_values), alpha, test=test)
                              for c in eligible[1:]])
     entries = [RankEntry(1, best.name, best.median, True, None)]
     entries += [RankEntry(i, c.name, c.median, True, None, comparison)
@@ -238,12 +246,12 @@ class Gain:
     """What the recommendation buys over the scenario's own server args ("as given"): best /
     as-given on the objective's per-trial values. When the as-given candidate is eligible it is
     one of the ranking's comparisons with the best, and the gain is that comparison turned
-    round (the Hodges-Lehmann ratio and its interval invert exactly; p is the same), Holm over
-    the ranking's family, so the page never calls one pair both tied and different; when it is
-    not eligible (an SLO failed), one comparison of its own. `ratio` is None when the as-given
-    candidate is itself the recommendation. The recommendation was picked by these same trials,
-    so the estimate leans high (a winner's curse): confirm a gain that matters with an A/B of
-    the two configs on fresh trials."""
+    round (a ratio on logarithms, Welch's or Hodges-Lehmann's, and its interval invert
+    exactly; p is the same), Holm over the ranking's family, so the page never calls one pair
+    both tied and different; when it is not eligible (an SLO failed), one comparison of its
+    own. `ratio` is None when the as-given candidate is itself the recommendation. The
+    recommendation was picked by these same trials, so the estimate leans high (a winner's
+    curse): confirm a gain that matters with an A/B of the two configs on fresh trials."""
 
     given: str
     best: str
@@ -267,7 +275,7 @@ def _inverse(value: float | None) -> float | None:
 
 
 def gain_over_given(candidates: Sequence[CandidateResult], ranking: Ranking,
-                    alpha: float = 0.05) -> Gain | None:
+                    alpha: float = 0.05, test: TrialTest = "welch-log") -> Gain | None:
     """The recommendation against the as-given candidate, when both exist and the as-given
     one has valid trials; else None."""
     given = given_candidate(candidates)
@@ -285,7 +293,8 @@ def gain_over_given(candidates: Sequence[CandidateResult], ranking: Ranking,
                     comparison.p_adjusted, comparison.significant, comparison.testable, True)
     chosen = next(c for c in candidates if c.name == best)
     comparison = compare_trials(np.array(given.objective_values),
-                                np.array(chosen.objective_values), alpha)  # best / given
+                                np.array(chosen.objective_values), alpha,
+                                test=test)  # best / given
     ratio = comparison.ratio
     return Gain(given.name, best, ratio.value, ratio.ci_low, ratio.ci_high,
                 comparison.interval_confidence, comparison.p_value, comparison.significant,

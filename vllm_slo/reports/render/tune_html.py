@@ -105,8 +105,10 @@ def search_rows(summary: TuneSummary) -> list[SearchRow]:
 def headline(summary: TuneSummary) -> str:
     result = summary.result
     assert result.scenario.tune is not None
+    compare = result.scenario.compare
     return (f"{len(result.candidates)} candidate(s) × {result.trials_per_candidate} trial(s) · "
-            f"objective {result.scenario.tune.objective}")
+            f"objective {result.scenario.tune.objective} · vs best: {compare.test}, Holm, "
+            f"alpha {compare.alpha:g}")
 
 
 def build_tune_view(summary: TuneSummary, experiment_report: bool = False) -> TuneView:
