@@ -58,13 +58,29 @@ def valid_count(trial_values: list[float]) -> int:
     return sum(not math.isnan(value) for value in trial_values)
 
 
+def versus_claim(claimed: float | None, ratio: dict[str, Any] | None) -> str | None:
+    """Where a gain's interval stands against a claimed ratio (None: no claimed ratio)."""
+    if claimed is None:
+        return None
+    if ratio is None:
+        return "below (the defaults are the best)"
+    if ratio["ci_high"] is not None and ratio["ci_high"] < claimed:
+        return "below"
+    if ratio["ci_low"] is not None and ratio["ci_low"] >= claimed:
+        return "reached"
+    return "undecided"
+
+
 def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A `vllm-slo tune` folder's claim ("N x over defaults"): the recommendation's gain over
     the scenario's own args as tune.json states it (best / as given on the objective's
-    per-trial values, Mann-Whitney, Holm within the ranking when the defaults are eligible):
-    `changed` when significant, `undecided`
-    otherwise, `no gain` when the as-given args are themselves the best. The tune's warnings
-    (too few trials, machines, the winner's curse) go with it."""
+    per-trial values with tune.json's `test`, Holm within the ranking when the defaults are
+    eligible): `changed` when significant, `undecided` otherwise, `no gain` when the as-given
+    args are themselves the best. With the claim's own size (`claimed_ratio` in the source,
+    e.g. 2.0 for "2-5x") the row also says where the interval stands against it: `below` when
+    its upper end is under the claimed ratio, `reached` when its lower end is at or above it,
+    else `undecided`. An interrupted tune says so. The tune's warnings (too few trials,
+    machines, the winner's curse) go with it."""
     tune = json.loads((folder / TUNE_SUMMARY_FILE).read_text())
     gain = tune["gain_over_given"]
     if gain is None:
@@ -76,6 +92,7 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
                               "confidence": 1 - tune["alpha"]}
     verdict = ("no gain (defaults best)" if gain["ratio"] is None else
                "changed" if gain["significant"] else "undecided")
+    claimed = source.get("claimed_ratio")
     changed = " ".join(f"{k}={v}" for k, v in best["changed"].items()) or "as given"
     cell = OBJECTIVE_CELLS[tune["objective"]]
     return {
@@ -84,9 +101,11 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
         "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
         "compared": f"{best['name']} ({changed}) vs {given['name']} (as given)",
         "trials_per_arm": tune["trials_per_candidate"],
-        "design": {"test": "mann-whitney, " + ("Holm within the tune's ranking" if gain["holm"]
-                                               else "one comparison (defaults not eligible)"),
-                   "alpha": tune["alpha"], "candidates": len(tune["candidates"])},
+        "design": {"test": tune.get("test", "mann-whitney") + ", " + (
+                       "Holm within the tune's ranking" if gain["holm"]
+                       else "one comparison (defaults not eligible)"),
+                   "alpha": tune["alpha"], "candidates": len(tune["candidates"]),
+                   "interrupted": tune["interrupted"]},
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": cell, "verdict": verdict, "ratio": ratio["value"],
                    "ratio_ci": [ratio["ci_low"], ratio["ci_high"]],
@@ -96,6 +115,8 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
                    "candidate_trials": best["objective_values"],
                    "valid_trials": [len(given["objective_values"]),
                                     len(best["objective_values"])],
+                   "claimed_ratio": claimed,
+                   "versus_claim": versus_claim(claimed, gain["ratio"]),
                    "warnings": tune["warnings"]}],
         "command": source["command"],
     }
@@ -157,9 +178,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             trials = str(row["trials_per_arm"])
             if min(cell["valid_trials"]) < row["trials_per_arm"]:
                 trials += " ({}+{} valid)".format(*cell["valid_trials"])
+            verdict = f"**{cell['verdict']}**"
+            if cell.get("versus_claim") is not None:
+                verdict += f"; claimed ×{cell['claimed_ratio']:g}: {cell['versus_claim']}"
+            if row["design"].get("interrupted"):
+                verdict += " (tune unfinished)"
             lines.append(
                 f"| {row['claim']} | {row['model']} ({row['model_parameters'] / 1e9:.1f} B) "
-                f"| {row['compared']} | {cell['cell']} | **{cell['verdict']}** | {ratio} "
+                f"| {row['compared']} | {cell['cell']} | {verdict} | {ratio} "
                 f"| {trials} | {row['gpu_minutes']} | `{row['command']}` |")
     return "\n".join(lines) + "\n"
 
