@@ -133,6 +133,7 @@ def test_server_facts_are_the_servers_own(chat_run) -> None:
     # 1 GiB of KV cache (the CPU default the suite adds) over 2,048-token requests
     assert facts["max_concurrency"] == pytest.approx(facts["kv_cache_tokens"] / 2048)
     assert facts["non_default_args"]["max_num_batched_tokens"] == 2048
+    assert facts["max_num_batched_tokens"] == 2048  # the step budget the server runs with
     assert "server facts: CPU KV cache" in chat_run.output
 
 

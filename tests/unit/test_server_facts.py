@@ -26,7 +26,8 @@ def test_facts_of_a_real_cpu_start() -> None:
         vllm_version="0.32.0",
         non_default_args=facts.non_default_args,
         enable_chunked_prefill=True, enable_prefix_caching=True, enforce_eager=True,
-        max_seq_len=2048, kv_cache_device="CPU", kv_cache_tokens=524_288,
+        max_seq_len=2048, max_num_batched_tokens=2048, kv_cache_device="CPU",
+        kv_cache_tokens=524_288,
         kv_cache_blocks=4096, block_size=128, max_concurrency=256.0,
         max_concurrency_at_tokens=2048, engine_init_s=2.98)
     assert facts.non_default_args is not None
@@ -34,7 +35,7 @@ def test_facts_of_a_real_cpu_start() -> None:
     assert facts.non_default_args["block_size"] == 128
     assert describe(facts) == (
         "server facts: CPU KV cache 524,288 tokens (4,096 blocks of 128), max concurrency 256x "
-        "at 2,048 tokens, chunked prefill on, prefix caching on, eager")
+        "at 2,048 tokens, chunked prefill on (2,048 tokens a step), prefix caching on, eager")
 
 
 def test_gpu_wording_and_nothing_known() -> None:
@@ -46,6 +47,26 @@ def test_gpu_wording_and_nothing_known() -> None:
     assert (facts.max_concurrency, facts.max_concurrency_at_tokens) == (1006.19, 4096)
     assert facts.kv_cache_blocks is None  # no block size said: no guess
     assert facts_from_log("") == {} and describe(server_facts("", {})) == ""
+
+
+def test_the_step_budget_is_the_schedulers_own_line_defaults_included() -> None:
+    """vLLM 0.26.0 on the H200 with max-model-len alone (h200-tune's c01, 2026-12-04): the
+    command line sets no max-num-batched-tokens, and the scheduler says the default it took,
+    8,192; a later start in the same log wins; the command line's value when the scheduler
+    says nothing (chunked prefill off)."""
+    line = ("(APIServer pid=1072) INFO 12-04 03:06:33 [scheduler.py:252] Chunked prefill is "
+            "enabled with max_num_batched_tokens=8192.\n")
+    args = ("INFO [api_utils.py:286] non-default args: {'model': '/tmp/model7b', "
+            "'max_model_len': 4096, 'load_format': 'dummy'}\n")
+    assert facts_from_log(args + line)["max_num_batched_tokens"] == 8192
+    again = line.replace("8192", "4096")
+    assert facts_from_log(args + line + again)["max_num_batched_tokens"] == 4096
+    unchunked = ("INFO non-default args: {'max_model_len': 4096, 'max_num_batched_tokens': "
+                 "4096, 'enable_chunked_prefill': False}\n")
+    assert facts_from_log(unchunked)["max_num_batched_tokens"] == 4096
+    assert "max_num_batched_tokens" not in facts_from_log(args)
+    assert describe(ServerFacts(enable_chunked_prefill=False, max_num_batched_tokens=4096)) == \
+        "server facts: chunked prefill off (4,096 tokens a step)"
 
 
 def test_a_kv_cache_too_small_start_is_diagnosed_with_its_remedy() -> None:

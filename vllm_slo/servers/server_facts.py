@@ -22,6 +22,8 @@ _VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$", re.M)
 _KV_TOKENS = re.compile(r"(GPU|CPU) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")
+# the scheduler's effective token budget, said whatever set it (vLLM's own default included)
+_BUDGET = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _INIT_S = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 _CONFIG_FLAGS = ("enable_chunked_prefill", "enable_prefix_caching", "enforce_eager")
 
@@ -34,6 +36,10 @@ class ServerFacts:
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
     max_seq_len: int | None = None
+    # the token budget of a scheduler step as the server runs it: its log line when chunked
+    # prefill is on (vLLM's default, which differs by platform and entrypoint, included), else
+    # the value given on its command line; None when neither says
+    max_num_batched_tokens: int | None = None
     kv_cache_device: str | None = None  # GPU | CPU
     kv_cache_tokens: int | None = None
     kv_cache_blocks: int | None = None
@@ -79,6 +85,12 @@ def facts_from_log(log: str) -> dict[str, Any]:
     if non_default:
         with contextlib.suppress(ValueError, SyntaxError):  # a repr literal_eval can't read
             facts["non_default_args"] = ast.literal_eval(non_default[-1])
+    given = (facts.get("non_default_args") or {}).get("max_num_batched_tokens")
+    budget = _BUDGET.findall(log)
+    if budget:
+        facts["max_num_batched_tokens"] = int(budget[-1])
+    elif isinstance(given, int):
+        facts["max_num_batched_tokens"] = given
     tokens = _KV_TOKENS.findall(log)
     if tokens:
         facts["kv_cache_device"], count = tokens[-1]
@@ -136,10 +148,12 @@ def describe(facts: ServerFacts) -> str:
         at = (f" at {facts.max_concurrency_at_tokens:,} tokens"
               if facts.max_concurrency_at_tokens else "")
         parts.append(f"max concurrency {facts.max_concurrency:g}x{at}")
-    for name, flag in (("chunked prefill", facts.enable_chunked_prefill),
-                       ("prefix caching", facts.enable_prefix_caching)):
+    budget = ("" if facts.max_num_batched_tokens is None else
+              f" ({facts.max_num_batched_tokens:,} tokens a step)")
+    for name, flag, detail in (("chunked prefill", facts.enable_chunked_prefill, budget),
+                               ("prefix caching", facts.enable_prefix_caching, "")):
         if flag is not None:
-            parts.append(f"{name} {'on' if flag else 'off'}")
+            parts.append(f"{name} {'on' if flag else 'off'}{detail}")
     if facts.enforce_eager is not None:
         parts.append("eager" if facts.enforce_eager else "CUDA graphs / compiled")
     return "server facts: " + ", ".join(parts) if parts else ""
