@@ -27,28 +27,51 @@ from vllm_slo.reports.analysis.comparison import format_ratio
 from vllm_slo.reports.analysis.experiment_design import sequential_design
 from vllm_slo.reports.analysis.sequential import decide_cells
 from vllm_slo.reports.analysis.tune_summary import OBJECTIVE_CELLS
+from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
+from vllm_slo.scenarios.slo import ADAPTER_PART
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
 
 
+def part_entry(document: dict[str, Any], part: str) -> dict[str, Any]:
+    """A part's block of a run's summary.json: a mix's profile under `by_profile`, a LoRA
+    adapter (`adapter:NAME`) under `by_adapter`."""
+    key, name = (("by_adapter", part.removeprefix(ADAPTER_PART))
+                 if part.startswith(ADAPTER_PART) else ("by_profile", part))
+    parts = document.get(key) or {}
+    if name not in parts:
+        raise ValueError(f"part {part!r}: the run's summary.json has no {key}.{name} "
+                         f"(it has {sorted(parts) or 'none'})")
+    entry: dict[str, Any] = parts[name]
+    return entry
+
+
 def summary_cell_value(document: dict[str, Any], cell: str) -> float:
-    """One compared cell's value in a run's summary.json (NaN where the run has none)."""
+    """One compared cell's value in a run's summary.json (NaN where the run has none); a
+    part's cell (`chat:itl.p99`) from the part's block, which holds its latencies and its
+    output throughput (the same values the experiment computed from the part's rows)."""
     parsed = parse_cell(cell)
-    if parsed.part is not None:
-        raise ValueError(f"{cell}: part cells need the run's samples, not its summary")
     metric = parsed.metric
-    if metric.kind is MetricKind.FRACTION:
-        estimate = document["error_rate"]
-    elif metric.kind is MetricKind.RATE:
-        estimate = document["throughput"][metric.summary_field]
+    if parsed.part is None:
+        scope, rates = document, document["throughput"]
     else:
-        block = document["metrics"][metric.name]
+        scope = part_entry(document, parsed.part)
+        rates = {"output_tokens_per_s": scope["output_tokens_per_s"]}
+    if metric.kind is MetricKind.LATENCY:
+        block = scope["metrics"][metric.name]
         estimate = (block["mean"] if parsed.statistic == "mean"
                     else block["percentiles"][parsed.statistic])
+    elif metric.kind is MetricKind.RATE and metric.summary_field in rates:
+        estimate = rates[metric.summary_field]
+    elif metric.kind is MetricKind.FRACTION and parsed.part is None:
+        estimate = document["error_rate"]
+    else:
+        raise ValueError(f"{cell}: a part's summary holds its latencies and output "
+                         "throughput only; this cell needs the run's samples")
     value = estimate["value"]
     return math.nan if value is None else float(value)
 
@@ -127,6 +150,7 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     if (folder / TUNE_SUMMARY_FILE).is_file():
         return tune_row(source, folder)
     scenario = read_scenario(folder)
+    stopping = read_stopping(folder)
     design = sequential_design(scenario)
     if design is None:
         raise SystemExit(f"{folder}: no variants to compare")
@@ -151,7 +175,8 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
         "compared": f"{candidate} vs {baseline}", "trials_per_arm": per_arm,
         "design": {"min_trials": design.min_trials, "max_trials": design.max_trials,
                    "alpha": design.alpha, "effect": design.effect, "test": design.test,
-                   "cells": design.cells},
+                   "cells": design.cells,
+                   "interrupted": stopping is not None and stopping.reason == "interrupted"},
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": d.cell, "verdict": d.decision, "ratio": d.ratio.value,
                    "ratio_ci": [d.ratio.ci_low, d.ratio.ci_high],
@@ -181,8 +206,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             verdict = f"**{cell['verdict']}**"
             if cell.get("versus_claim") is not None:
                 verdict += f"; claimed ×{cell['claimed_ratio']:g}: {cell['versus_claim']}"
-            if row["design"].get("interrupted"):
+            if row["design"].get("interrupted") and row["scenario"] == "tune":
                 verdict += " (tune unfinished)"
+            elif row["design"].get("interrupted") and cell["verdict"] == "undecided":
+                verdict += " (run interrupted before its next look)"
             lines.append(
                 f"| {row['claim']} | {row['model']} ({row['model_parameters'] / 1e9:.1f} B) "
                 f"| {row['compared']} | {cell['cell']} | {verdict} | {ratio} "

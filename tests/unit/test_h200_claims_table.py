@@ -1,0 +1,88 @@
+"""benchmarks/h200_claims_table.py: the committed H200 claims decided again from their trials'
+summary.json files (no raw samples are committed) must agree with what each experiment
+decided from the rows on the device, part cells of a mix included."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = REPO / "docs" / "results" / "h200" / "runs"
+CHUNKED = RUNS / "20261204T143659Z-h200-chunked-prefill-ab"  # a mix: part cells
+TUNED = RUNS / "20261204T144929Z-h200-tuned-vs-defaults-ab"  # interrupted after its 1st look
+
+
+def _table() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "h200_claims_table", REPO / "benchmarks" / "h200_claims_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source(folder: Path) -> dict[str, Any]:
+    return {"claim": "c", "statement": "s", "folder": str(folder.relative_to(REPO)),
+            "model": "m", "model_parameters": 6738415616, "vllm_version": "0.26.0",
+            "gpu_minutes": 1.0, "command": "x"}
+
+
+def _device_decisions(folder: Path) -> dict[str, dict[str, Any]]:
+    """What the experiment itself decided on the device, from the rows (its summary.json)."""
+    document = json.loads((folder / "summary.json").read_text())
+    (comparison,) = document["comparisons"]
+    return {cell["cell"]: cell["decision"] for cell in comparison["cells"]}
+
+
+@pytest.mark.parametrize("folder", [CHUNKED, TUNED], ids=["mix-parts", "interrupted"])
+def test_decisions_from_summaries_match_the_experiment_on_the_device(folder: Path) -> None:
+    table = _table()
+    row = table.claim_row(_source(folder), REPO)
+    device = _device_decisions(folder)
+    assert [c["cell"] for c in row["cells"]] == list(device)
+    for cell in row["cells"]:
+        decided = device[cell["cell"]]
+        assert cell["verdict"] == decided["decision"]
+        assert cell["ratio"] == pytest.approx(decided["ratio"]["value"], rel=1e-9)
+        assert cell["ratio_ci"] == pytest.approx(
+            [decided["ratio"]["ci_low"], decided["ratio"]["ci_high"]], rel=1e-9)
+
+
+def test_part_cells_come_from_the_parts_block() -> None:
+    table = _table()
+    document = json.loads((CHUNKED / "trials" / "001-unchunked-1" / "summary.json").read_text())
+    chat = document["by_profile"]["chat"]
+    assert table.summary_cell_value(document, "chat:itl.p99") == (
+        chat["metrics"]["itl"]["percentiles"]["p99"]["value"])
+    assert table.summary_cell_value(document, "long-doc:output_throughput.mean") == (
+        document["by_profile"]["long-doc"]["output_tokens_per_s"]["value"])
+    assert table.summary_cell_value(document, "itl.p99") != table.summary_cell_value(
+        document, "chat:itl.p99")  # the whole run's cell is not the part's
+    with pytest.raises(ValueError, match=r"no by_profile\.sharegpt"):
+        table.summary_cell_value(document, "sharegpt:ttft.p50")
+    with pytest.raises(ValueError, match="needs the run's samples"):
+        table.summary_cell_value(document, "chat:error_rate.rate")
+    with pytest.raises(ValueError, match="no by_adapter"):
+        table.summary_cell_value(document, "adapter:sql:ttft.p50")
+
+
+def test_an_interrupted_experiment_says_so_on_its_undecided_cells() -> None:
+    table = _table()
+    row = table.claim_row(_source(TUNED), REPO)
+    assert row["design"]["interrupted"] is True
+    assert table.claim_row(_source(CHUNKED), REPO)["design"]["interrupted"] is False
+    lines = table.markdown([row]).splitlines()[2:]
+    undecided = [line for line in lines if "**undecided**" in line]
+    assert undecided and all("interrupted" in line for line in undecided)
+    assert all("interrupted" not in line for line in lines if "**equivalent**" in line)
+    # the interrupted 4th trial counts as missing, not as a value
+    tuned = next(c for c in row["cells"] if c["cell"] == "output_throughput.mean")
+    assert len(tuned["candidate_trials"]) == 3 and not any(
+        math.isnan(v) for v in tuned["candidate_trials"])
