@@ -145,6 +145,16 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
+def experiment_warnings(folder: Path) -> list[str]:
+    """What the experiment's own summary.json warned of (invalid trials excluded, trials on
+    two machines, ...); none where the folder has no summary.json."""
+    path = folder / SUMMARY_FILE
+    if not path.is_file():
+        return []
+    warnings: list[str] = json.loads(path.read_text()).get("warnings", [])
+    return warnings
+
+
 def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     folder = root / source["folder"]
     if (folder / TUNE_SUMMARY_FILE).is_file():
@@ -177,6 +187,7 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
                    "alpha": design.alpha, "effect": design.effect, "test": design.test,
                    "cells": design.cells,
                    "interrupted": stopping is not None and stopping.reason == "interrupted"},
+        "warnings": experiment_warnings(folder),
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": d.cell, "verdict": d.decision, "ratio": d.ratio.value,
                    "ratio_ci": [d.ratio.ci_low, d.ratio.ci_high],

@@ -38,6 +38,7 @@ from vllm_slo.reports.analysis.comparison import Group
 from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
 from vllm_slo.reports.analysis.server_metrics import run_preemptions
 from vllm_slo.reports.analysis.summary import ReportedEstimate, RunRates
+from vllm_slo.reports.analysis.trials import gpu_set
 from vllm_slo.reports.analysis.tune_summary import TuneResult
 from vllm_slo.reports.analysis.tuning import (
     GIVEN_ORIGIN,
@@ -263,8 +264,7 @@ class Tune:
             if value is not None:
                 objective_values.append(value)
         group = Group(candidate.name, tuple(trials))
-        gpu_sets = {",".join((trial.provenance.get("host") or {}).get("gpu_uuids") or [])
-                    for trial in trials}
+        gpu_sets = {gpu_set(trial.provenance) for trial in trials}
         verdicts = ([slo_across_trials(group, rule).verdict.value
                      for rule in self.base.slo.rules()] if group.valid_trials else [])
         return CandidateResult(

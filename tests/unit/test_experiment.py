@@ -547,3 +547,27 @@ def test_comparison_page_shows_estimates_beside_trials_and_each_cells_level(
     assert compared["ttft.p50"].level == "95% (unadjusted)"
     assert compared["ttft.p50"].p == f"{entry.p_adjusted:.2g}"
     assert compared["ttft.p50"].notes == "" and view.comparison_notes == []
+
+
+def _set_gpus(run: Path, gpus_by_position: dict[int, list[str]]) -> None:
+    for folder in sorted((run / "trials").iterdir()):
+        path = folder / "provenance.json"
+        provenance = json.loads(path.read_text())
+        position = int(folder.name.split("-", 1)[0])
+        provenance.setdefault("host", {})["gpu_uuids"] = gpus_by_position[position]
+        path.write_text(json.dumps(provenance))
+
+
+def test_trials_on_two_machines_are_named_in_a_warning(tmp_path: Path) -> None:
+    """An experiment resumed on another machine (as on the H200 on 2026-12-04): the summary
+    says which trials ran on which GPUs; on one machine it says nothing."""
+    run = experiment(tmp_path / "gpus", {"a": 0.05, "b": 0.06}, trials=3, noise=0.05)
+    first, second = "GPU-20782ca8-0cf1-0ccf", "GPU-92b9612d-6845-19ec"
+    _set_gpus(run, {position: [first] for position in range(1, 7)})
+    assert not any("sets of GPUs" in w for w in render_experiment(run).summary["warnings"])
+    _set_gpus(run, {**{position: [first] for position in range(1, 6)}, 6: [second]})
+    (warning,) = [w for w in render_experiment(run).summary["warnings"]
+                  if "sets of GPUs" in w]
+    names = sorted(folder.name for folder in (run / "trials").iterdir())
+    assert warning.startswith("the trials ran on 2 different sets of GPUs (")
+    assert f"GPU-20782ca8: {' '.join(names[:5])}; GPU-92b9612d: {names[5]})" in warning

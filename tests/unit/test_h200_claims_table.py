@@ -86,3 +86,10 @@ def test_an_interrupted_experiment_says_so_on_its_undecided_cells() -> None:
     tuned = next(c for c in row["cells"] if c["cell"] == "output_throughput.mean")
     assert len(tuned["candidate_trials"]) == 3 and not any(
         math.isnan(v) for v in tuned["candidate_trials"])
+
+
+def test_the_experiments_own_warnings_travel_with_its_row() -> None:
+    row = _table().claim_row(_source(TUNED), REPO)
+    assert any(w.startswith("the trials ran on 2 different sets of GPUs")
+               for w in row["warnings"])
+    assert "variant tuned: 1 invalid trial(s) excluded" in row["warnings"]

@@ -42,7 +42,7 @@ from vllm_slo.reports.analysis.sequential import (
 )
 from vllm_slo.reports.analysis.statistics import Estimate, Verdict, rate_estimate, slo_verdict
 from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
-from vllm_slo.reports.analysis.trials import Trial, trial_cell_value
+from vllm_slo.reports.analysis.trials import Trial, gpu_set, machines_text, trial_cell_value
 from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
 from vllm_slo.reports.analysis.warmup_sizing import unsized_result
 from vllm_slo.reports.redaction import redact_secrets
@@ -507,6 +507,18 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
                         tuple(slos), server_args)
 
 
+def machines_warning(trials: Sequence[Trial]) -> str | None:
+    """When an experiment's trials ran on more than one set of GPUs (resumed on another
+    machine), which trials ran where: their comparison includes the machine."""
+    where = machines_text([(t.run_dir.name, gpu_set(t.provenance))
+                           for t in sorted(trials, key=lambda t: t.position)])
+    if where is None:
+        return None
+    return (f"the trials ran on {where}: a comparison of trials from different machines "
+            "includes the machine; an arm whose trials all ran on one machine and another's "
+            "on the other confounds the two")
+
+
 def _excluded_warning(variant: VariantEntry) -> list[str]:
     excluded = len(variant.trials) - variant.valid_trials
     if variant.valid_trials > 0 and excluded:
@@ -661,6 +673,9 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
                  if decides and design is not None and design.test != "mann-whitney" else w
                  for w in compared.reach_warnings]
     warnings += compared.instance_warnings
+    machines = machines_warning(trials)
+    if machines:
+        warnings.append(machines)
     rounds = None if stopping is None else stopping.rounds
     # the rounds whose trials are on disk (an interrupted round's too): where arms ran
     warnings += side_by_side_warnings(

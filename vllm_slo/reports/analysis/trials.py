@@ -6,7 +6,7 @@ is `reports.trial_folders`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,27 @@ def instance_key(trial: Trial) -> str | None:
     if kind == "attached" and isinstance(url, str) and url:
         return "url " + re.sub(r"(?<=://)[^/@]*@", "", url)
     return None
+
+
+def gpu_set(provenance: Mapping[str, Any]) -> str:
+    """The GPUs a trial ran on, as "uuid,uuid" from provenance.json `host.gpu_uuids`; "" where
+    the folder does not say (CPU runs, older folders)."""
+    host = provenance.get("host")
+    uuids = host.get("gpu_uuids") if isinstance(host, Mapping) else None
+    return ",".join(str(u) for u in uuids) if isinstance(uuids, list) else ""
+
+
+def machines_text(ran_on: Sequence[tuple[str, str]]) -> str | None:
+    """Which ran where, when `ran_on` ((what, gpu_set) pairs, "" = unknown) spans more than one
+    set of GPUs: "2 different sets of GPUs (GPU-aaaaaaaa: c1 c2; GPU-bbbbbbbb: c3)"; None on
+    one machine or where nothing says."""
+    sets = sorted({gpus for _, gpus in ran_on if gpus})
+    if len(sets) < 2:
+        return None
+    where = "; ".join(
+        f"{', '.join(u[:12] for u in gpus.split(','))}: "
+        f"{' '.join(dict.fromkeys(what for what, on in ran_on if on == gpus))}" for gpus in sets)
+    return f"{len(sets)} different sets of GPUs ({where})"
 
 
 def trial_cell_value(trial: Trial, cell: str) -> float | None:

@@ -20,6 +20,7 @@ from vllm_slo.reports.analysis.trial_statistics import (
     compare_trials,
     with_holm,
 )
+from vllm_slo.reports.analysis.trials import machines_text
 from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
 
 Args = Mapping[str, EngineArgValue]
@@ -304,12 +305,9 @@ def gain_over_given(candidates: Sequence[CandidateResult], ranking: Ranking,
 def machines_warning(candidates: Sequence[CandidateResult]) -> str | None:
     """When the candidates' trials ran on more than one set of GPUs (a tune resumed on another
     machine), which ran where: a comparison across machines includes the machine."""
-    sets = sorted({gpus for c in candidates for gpus in c.gpu_sets})
-    if len(sets) < 2:
+    where = machines_text([(c.name, gpus) for c in candidates for gpus in c.gpu_sets])
+    if where is None:
         return None
-    where = "; ".join(
-        f"{', '.join(u[:12] for u in gpus.split(','))}: "
-        f"{' '.join(c.name for c in candidates if gpus in c.gpu_sets)}" for gpus in sets)
-    return (f"the trials ran on {len(sets)} different sets of GPUs ({where}): a comparison of "
+    return (f"the trials ran on {where}: a comparison of "
             "candidates from different machines includes the machine; confirm the "
             "recommendation (and its gain) with an A/B of the two configs on one machine")
