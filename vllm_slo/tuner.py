@@ -19,6 +19,7 @@ a trial cut short is run again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from vllm_slo.reports.analysis.tuning import (
     args_key,
     grid_candidates,
     rank_candidates,
+    same_server,
     search_finding,
     search_start,
     search_values,
@@ -70,12 +72,14 @@ from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.run_files import (
     CANDIDATES_FILE,
+    SERVER_FACTS_FILE,
     SERVER_METRICS_FILE,
     START_FAILURE_FILE,
     SUMMARY_FILE,
     TRIALS_DIR,
     TUNE_SCENARIO_FILE,
 )
+from vllm_slo.servers.server_facts import effective_engine_args
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import resolve_model_path
 
@@ -159,6 +163,8 @@ class Tune:
         self.position = 0
         self.ran = self.reused = 0
         self.run_missing = run_missing  # False: re-render from the folder, run nothing
+        self.effective: dict[str, dict[str, Any]] = {}  # name -> flags as its server stated
+        self.saved_keys: set[tuple[tuple[str, str], ...]] = set()  # candidates.json's, run()
 
     # candidates -------------------------------------------------------------------------
 
@@ -188,6 +194,14 @@ class Tune:
         key = args_key(args)
         if key in self.by_args:
             return self.candidates[self.by_args[key]]
+        same = None if key in self.saved_keys else self.ran_as(args)
+        if same is not None:  # (a folder whose candidates.json has these args keeps them)
+            self.by_args[key] = same.name
+            added = " ".join(f"{flag}={value}" for flag, value in args.items()
+                             if flag not in same.args)
+            self.say(f"{origin}: {added} is what {same.name}'s server ran with (its own log): "
+                     f"{same.name}, not run again")
+            return same
         if len(self.candidates) >= self.spec.max_candidates:
             raise ScenarioError(f"the tune needs more than tune.max_candidates = "
                                 f"{self.spec.max_candidates} candidates")
@@ -198,6 +212,27 @@ class Tune:
         self.folders[name] = []
         self._save_candidates()
         return candidate
+
+    def ran_as(self, args: dict[str, Any]) -> Candidate | None:
+        """A candidate that ran whose server these args would start again: the same args but
+        for flags it left to vLLM, at the values its server stated (a search step at vLLM's
+        default, which the guides' doubling from max-model-len reaches)."""
+        for name in self.results:
+            if same_server(args, self.candidates[name].args, self.effective_args(name)):
+                return self.candidates[name]
+        return None
+
+    def effective_args(self, name: str) -> dict[str, Any]:
+        """The flags a candidate's servers ran with as they stated them (the first of its
+        trials with a readable server_facts.json); {} where none says."""
+        if name not in self.effective:
+            self.effective[name] = {}
+            for folder in self.folders[name]:
+                with contextlib.suppress(OSError, ValueError):
+                    facts = json.loads((folder / SERVER_FACTS_FILE).read_text())
+                    self.effective[name] = effective_engine_args(facts)
+                    break
+        return self.effective[name]
 
     def arm(self, changed: dict[str, Any]) -> Scenario:
         """The base scenario with these server args changed."""
@@ -315,7 +350,19 @@ class Tune:
                     break
             self.findings.append(search_finding(index, search, values, steps, stopped))
 
+    def _saved_keys(self) -> set[tuple[tuple[str, str], ...]]:
+        """The args of the candidates an earlier session of this folder created: replayed
+        as those candidates (a folder written before a search step could be recognised as an
+        earlier candidate's server keeps its names and trials)."""
+        path = self.run_dir / CANDIDATES_FILE
+        if not path.is_file():
+            return set()
+        with naming(path):
+            saved = json.loads(path.read_text())
+            return {args_key(entry["args"]) for entry in saved.values()}
+
     def run(self) -> RunOutcome:
+        self.saved_keys = self._saved_keys()
         interrupted = False
         try:
             self.search()

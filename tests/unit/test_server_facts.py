@@ -11,6 +11,7 @@ from vllm_slo.servers.server_facts import (
     ServerFacts,
     describe,
     diagnose_start_failure,
+    effective_engine_args,
     facts_from_log,
     server_facts,
 )
@@ -94,3 +95,13 @@ def test_other_known_failures_and_an_unknown_one() -> None:
         assert diagnosis is not None and cause in diagnosis, (line, diagnosis)
         assert line[:60] in diagnosis  # vLLM's own words are quoted
     assert diagnose_start_failure("RuntimeError: Engine core initialization failed.") is None
+
+
+def test_effective_engine_args_name_the_flags_a_server_stated() -> None:
+    facts = {"vllm_version": "0.26.0", "max_num_batched_tokens": 8192, "block_size": 16,
+             "max_seq_len": 4096, "enable_chunked_prefill": True,
+             "enable_prefix_caching": False, "enforce_eager": None, "kv_cache_tokens": 1}
+    assert effective_engine_args(facts) == {
+        "max-num-batched-tokens": 8192, "block-size": 16, "max-model-len": 4096,
+        "enable-chunked-prefill": True, "enable-prefix-caching": False}
+    assert effective_engine_args({}) == {}

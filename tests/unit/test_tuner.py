@@ -167,6 +167,91 @@ def test_each_candidates_gpus_come_from_its_trials_provenance(tmp_path: Path,
                for w in tune["warnings"])
 
 
+DOUBLING = {  # the guide's max-num-batched-tokens doubling from vLLM's defaults (h200-tune)
+    "name": "t", "server": {"model": "tiny", "args": {"max-model-len": 4096}},
+    "slo": {"e2e": ["p50 < 5s"]},
+    "tune": {"trials": 2, "baseline": True, "search": [
+        {"arg": "max-num-batched-tokens", "start": "max-model-len", "factor": 2,
+         "max": 65536, "until": ["no_gain"]}]},
+}
+
+
+class DefaultsTune(tuner.Tune):
+    """Trials recorded, not run; every server states vLLM's default token budget, 8192 (as the
+    H200's did), and throughput falls as the budget rises from 4096."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trials_run: list[tuple[str, int]] = []
+
+    def _trial(self, candidate, trial) -> None:
+        self.trials_run.append((candidate.name, trial))
+
+    def effective_args(self, name: str) -> dict:
+        return {"max-model-len": 4096, "max-num-batched-tokens": 8192,
+                "enable-chunked-prefill": True}
+
+    def result(self, candidate) -> CandidateResult:
+        budget = candidate.args.get("max-num-batched-tokens", 8192)
+        value = {4096: 10.0, 8192: 9.0, 16384: 8.0}[budget]
+        return CandidateResult(candidate.name, candidate.args, candidate.changed,
+                               candidate.origin, (value, value + 0.1), (), 0, "PASS", 0.0,
+                               (value,) * 2, (1.0 / value,) * 2)
+
+
+def test_a_search_step_at_vllms_own_default_is_the_as_given_candidate(tmp_path: Path) -> None:
+    """The doubling from max-model-len reaches 8192, the value vLLM's defaults already ran with
+    (the server's own log): that step is c01, whose trials are not run again; the search
+    judges it as a step and stops on no gain (on 2026-12-04 it cost the H200 tune a candidate,
+    4 trials, the A/A c03)."""
+    said: list[str] = []
+    tune = DefaultsTune(Scenario.model_validate(DOUBLING), tmp_path, said.append)
+    tune.run()
+    assert tune.trials_run == [("c01", 1), ("c01", 2), ("c02", 1), ("c02", 2)]
+    assert list(tune.candidates) == ["c01", "c02"]
+    assert any("max-num-batched-tokens=8192 is what c01's server ran with" in line
+               for line in said)
+    (search,) = json.loads((tmp_path / "tune.json").read_text())["searches"]
+    assert search["values"] == [4096, 8192] and search["candidates"] == ["c02", "c01"]
+    assert (search["boundary"], search["stop"]) == (4096, "the objective did not rise")
+    assert list(json.loads((tmp_path / "candidates.json").read_text())) == ["c01", "c02"]
+
+
+def test_a_folder_that_ran_the_default_as_its_own_candidate_replays_as_it_ran(
+        tmp_path: Path) -> None:
+    """A tune folder written before the rule (the H200 tune's c03, max-num-batched-tokens 8192
+    spelled out): its candidates.json names that candidate, so a resume or a report replays it
+    under its own name and with its own trials, not as c01."""
+    base = {"max-model-len": 4096}
+    (tmp_path / "candidates.json").write_text(json.dumps({
+        "c01": {"args": base, "changed": {}, "origin": "as given"},
+        "c02": {"args": {**base, "max-num-batched-tokens": 4096}, "changed": {}, "origin": "s"},
+        "c03": {"args": {**base, "max-num-batched-tokens": 8192}, "changed": {}, "origin": "s"},
+    }))
+    tune = DefaultsTune(Scenario.model_validate(DOUBLING), tmp_path, lambda text: None)
+    tune.run()
+    assert list(tune.candidates) == ["c01", "c02", "c03"]
+    assert tune.trials_run[-2:] == [("c03", 1), ("c03", 2)]
+
+
+def test_a_candidates_effective_args_come_from_its_trials_server_facts(tmp_path: Path) -> None:
+    tune = tuner.Tune(Scenario.model_validate(DOUBLING), tmp_path, lambda text: None)
+    damaged, stated = tmp_path / "001-c01-1", tmp_path / "002-c01-2"
+    for folder in (damaged, stated):
+        folder.mkdir()
+    (damaged / "server_facts.json").write_text("{not json")
+    (stated / "server_facts.json").write_text(json.dumps(
+        {"vllm_version": "0.26.0", "max_num_batched_tokens": 8192, "block_size": 16,
+         "max_seq_len": 4096, "enable_chunked_prefill": True, "kv_cache_tokens": 235632,
+         "enforce_eager": None}))
+    tune.folders["c01"] = [damaged, stated]
+    assert tune.effective_args("c01") == {
+        "max-num-batched-tokens": 8192, "block-size": 16, "max-model-len": 4096,
+        "enable-chunked-prefill": True}
+    tune.folders["c02"] = [tmp_path / "missing"]
+    assert tune.effective_args("c02") == {}
+
+
 def test_a_search_from_an_unset_arg_is_a_usage_error(tmp_path: Path) -> None:
     document = {**SCENARIO, "tune": {"search": [
         {"arg": "max-num-batched-tokens", "start": "max-num-seqs", "factor": 2,

@@ -22,6 +22,7 @@ from vllm_slo.reports.analysis.tuning import (
     machines_warning,
     pareto_front,
     rank_candidates,
+    same_server,
     search_finding,
     search_start,
     search_values,
@@ -348,3 +349,19 @@ def test_four_trials_bound_a_small_gain_on_the_h200_tunes_own_values() -> None:
     ranks = build_tune(tune_result(candidates, baseline=True, test="mann-whitney"))[0]
     assert ranks["gain_over_given"]["testable"] is False
     assert ranks["gain_over_given"]["ratio"]["ci_high"] is None
+
+
+def test_same_server_is_the_ran_args_plus_flags_at_their_stated_values() -> None:
+    ran = {"max-model-len": 4096}
+    stated = {"max-model-len": 4096, "max-num-batched-tokens": 8192,
+              "enable-prefix-caching": True}
+    assert same_server({**ran, "max-num-batched-tokens": 8192}, ran, stated)
+    assert same_server({**ran, "max-num-batched-tokens": 8192.0}, ran, stated)  # a factor's
+    assert not same_server({**ran, "max-num-batched-tokens": 4096}, ran, stated)
+    assert not same_server(ran, ran, stated)  # the same args: a key match, not this rule
+    assert not same_server({**ran, "max-num-seqs": 256}, ran, stated)  # a flag not stated
+    assert not same_server({"max-model-len": 2048, "max-num-batched-tokens": 8192}, ran,
+                           stated)  # a flag it set, changed
+    assert not same_server({"max-num-batched-tokens": 8192}, ran, stated)  # one it set, gone
+    assert same_server({**ran, "enable-prefix-caching": True}, ran, stated)
+    assert not same_server({**ran, "enable-prefix-caching": 1}, ran, stated)  # not a bool

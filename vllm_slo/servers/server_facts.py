@@ -136,6 +136,22 @@ def server_facts(log: str, metrics: Mapping[str, float] | None) -> ServerFacts:
     return ServerFacts(**merged)
 
 
+#: `vllm serve` flags whose effective value a server states about itself (its log, /metrics)
+EFFECTIVE_FLAGS = {"max-num-batched-tokens": "max_num_batched_tokens", "block-size": "block_size",
+                   "max-model-len": "max_seq_len",
+                   "enable-chunked-prefill": "enable_chunked_prefill",
+                   "enable-prefix-caching": "enable_prefix_caching",
+                   "enforce-eager": "enforce_eager"}
+
+
+def effective_engine_args(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: the `vllm serve` flags a server ran with as it states them itself (server_facts.json
+    content), its defaults included: {"max-num-batched-tokens": 8192, ...}; a flag it did not
+    state is left out."""
+    return {flag: facts[fact] for flag, fact in EFFECTIVE_FLAGS.items()
+            if facts.get(fact) is not None}
+
+
 def describe(facts: ServerFacts) -> str:
     """Pure: one line for the terminal ("" when the server said nothing)."""
     parts = []

@@ -39,6 +39,27 @@ def args_key(args: Args) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((flag, repr(value)) for flag, value in args.items()))
 
 
+def _same_value(given: Any, effective: Any) -> bool:
+    if isinstance(given, bool) or isinstance(effective, bool):
+        return given is effective
+    if isinstance(given, (int, float)) and isinstance(effective, (int, float)):
+        return float(given) == float(effective)
+    return str(given) == str(effective)
+
+
+def same_server(args: Args, ran_args: Args, ran_effective: Mapping[str, Any]) -> bool:
+    """Pure: `args` start the server a candidate that ran with `ran_args` already was: they
+    differ from `ran_args` only by flags it did not set, each at the value that server stated
+    it ran with (`ran_effective`, its defaults included: servers.server_facts), e.g. a search
+    step of max-num-batched-tokens 8192 from vLLM's defaults where its default is 8192."""
+    if any(flag not in args or repr(args[flag]) != repr(value)
+           for flag, value in ran_args.items()):
+        return False
+    added = {flag: value for flag, value in args.items() if flag not in ran_args}
+    return bool(added) and all(flag in ran_effective and _same_value(value, ran_effective[flag])
+                               for flag, value in added.items())
+
+
 def search_start(search: SearchSpec, base_args: Args) -> float:
     """The first value: a number, or the value of the named server arg (ValueError when the
     base configuration does not set it)."""
