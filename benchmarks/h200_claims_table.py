@@ -31,7 +31,7 @@ from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
-from vllm_slo.scenarios.slo import ADAPTER_PART
+from vllm_slo.scenarios.slo import part_column
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
@@ -40,8 +40,8 @@ DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
 def part_entry(document: dict[str, Any], part: str) -> dict[str, Any]:
     """A part's block of a run's summary.json: a mix's profile under `by_profile`, a LoRA
     adapter (`adapter:NAME`) under `by_adapter`."""
-    key, name = (("by_adapter", part.removeprefix(ADAPTER_PART))
-                 if part.startswith(ADAPTER_PART) else ("by_profile", part))
+    column, name = part_column(part)  # summary.json keeps them as by_profile / by_adapter
+    key = f"by_{column}"
     parts = document.get(key) or {}
     if name not in parts:
         raise ValueError(f"part {part!r}: the run's summary.json has no {key}.{name} "
