@@ -5,7 +5,7 @@ emits the end marker (made likely by `logit_bias` on its id, sampled with a fixe
 every chunk carries per-chunk usage. The run's summary and rows must show TTFT (first token of
 any kind) before TTFT to the answer, the reasoning time between them, reasoning tokens by
 vLLM's count, and tokens per chunk whose sum is the usage count (the end marker streams as no
-chunk: its token counts with the next one)."""
+chunk: its token counts with a neighbour)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ END_MARKER_ID = 3  # <|unk|> of the tiny tokenizer: the plugin's end of reasonin
 
 
 def test_reasoning_is_timed_apart_on_vllm_cpu(shared_vllm: VllmServer, tmp_path: Path) -> None:
+    # 4 users: their prompts fit the server's token budget together. A seeded request whose
+    # prefill is split kills vLLM CPU 0.32's engine ("CPU Generator does not use offset").
     result = run_cli([
         "run", "scenario=chat", f"server.url={shared_vllm.base_url}", "traffic.duration=6s",
         "traffic.warmup=2s", "traffic.chat.turns=1", "traffic.chat.output_tokens=32",
@@ -49,6 +51,7 @@ def test_reasoning_is_timed_apart_on_vllm_cpu(shared_vllm: VllmServer, tmp_path:
         "ttft_answer": "PASS", "reasoning_time": "PASS"}
     rows = pq.read_table(result.run_dir / "samples.parquet").to_pylist()
     ok = [r for r in rows if r["ok"]]
+    checked_first_answers = 0
     for row in ok:
         # every token, less end markers after the last chunk (they stream as no chunk)
         assert sum(row["chunk_tokens"]) <= row["output_tokens"]
@@ -59,8 +62,20 @@ def test_reasoning_is_timed_apart_on_vllm_cpu(shared_vllm: VllmServer, tmp_path:
         assert row["reasoning_tokens"] >= 1
         if row["ttft_answer_s"] is not None:
             assert row["ttft_answer_s"] > row["ttft_s"]
-            # the answer's first chunk also carries the end marker the parser swallowed
-            assert row["chunk_tokens"][row["reasoning_chunks"]] >= 2
+            # The end marker streams as no chunk: its token counts with the next chunk, so the
+            # chunks up to the answer's first carried the reasoning and the marker at least.
+            reasoning_chunks = row["chunk_tokens"][:row["reasoning_chunks"]]
+            first_answer_chunk = row["chunk_tokens"][row["reasoning_chunks"]]
+            assert sum(reasoning_chunks) + first_answer_chunk >= row["reasoning_tokens"] + 1
+            # vLLM merges a request's steps when its API server falls behind, and its R1
+            # parser splits a merged step by the marker's text, which streams as none: a
+            # merged [marker, answer token] arrives as reasoning (CI, 2026-12-04). Where the
+            # last reasoning chunk carried one token, nothing was merged into it, and the
+            # answer's first chunk carries the marker and one more token.
+            if reasoning_chunks[-1] == 1:
+                checked_first_answers += 1
+                assert first_answer_chunk >= 2, row
+    assert checked_first_answers > 0
     assert np.mean([r["ttft_answer_s"] is not None for r in ok]) > 0.5
     assert np.mean([sum(r["chunk_tokens"]) == r["output_tokens"] for r in ok]) > 0.5
     html = (result.run_dir / "report.html").read_text()
