@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
         load_plugins()  # modules that register metrics or profiles (VLLM_SLO_PLUGINS)
         return _dispatch(options, say)
     except SloSuiteError as error:
-        complain(_capped(f"vllm-slo: error: {error}"))
+        complain(_capped(redact_text(f"vllm-slo: error: {error}")))
         return int(error.exit_code)
     except KeyboardInterrupt:  # a signal outside the run's own handling (or a third one)
         complain(INTERRUPTED_MESSAGE)

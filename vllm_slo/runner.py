@@ -290,14 +290,19 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
     return RunOutcome(run_dir, exit_code, rendered)
 
 
+def _scrubbed(text: str, spec: ServerSpec, api_key: str | None) -> str:
+    """`text` without the scenario's secrets (its values and any URL's or bearer's)."""
+    return redact_values(redact_text(text), spec_secret_values(
+        {str(k): v for k, v in spec.args.items()}, spec.env, spec.url, api_key))
+
+
 def _scrub_server_log(path: Path, spec: ServerSpec, api_key: str | None) -> None:
     """The launched server's log with the scenario's secrets removed: vLLM echoes its
     arguments (`--api-key`) and the suite writes the command line at the top."""
     if not path.is_file():
         return
     text = path.read_text(errors="replace")
-    scrubbed = redact_values(redact_text(text), spec_secret_values(
-        {str(k): v for k, v in spec.args.items()}, spec.env, spec.url, api_key))
+    scrubbed = _scrubbed(text, spec, api_key)
     if scrubbed != text:
         path.write_text(scrubbed)
 
@@ -341,6 +346,8 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
             provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
             say(f"starting vLLM ({platform}): {' '.join(redact_secrets(server.plan.argv))}")
+        log_hint = f" (its log: {server.log_path})" if isinstance(server, VllmServer) else ""
+        server.on_waiting = lambda text: say(redact_text(text) + log_hint)
         with server:
             ready = server.ready
             assert ready is not None
@@ -448,6 +455,9 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
             recorder.stop()
             status.server_failure = server.failure()
             status.load_generator_failure = locust.failure
+    except ServerError as error:  # its text may quote the server's log (vLLM echoes its args)
+        error.args = (_scrubbed(str(error), spec, api_key),)
+        raise
     except KeyboardInterrupt:
         status.interrupted = True
         say("interrupted: server stopped; rendering what was recorded")

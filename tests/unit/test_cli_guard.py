@@ -15,7 +15,7 @@ import pytest
 import vllm_slo.saved_runs
 from vllm_slo import cli
 from vllm_slo.cli import MAX_MESSAGE_CHARS, StopSignals, main
-from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.errors import ScenarioError, ServerError
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +103,19 @@ def test_an_enormous_error_message_is_capped(monkeypatch: pytest.MonkeyPatch) ->
     assert len(complained[0]) < MAX_MESSAGE_CHARS + 100
     whole = len("vllm-slo: error: x.yaml: ") + 10 * MAX_MESSAGE_CHARS
     assert complained[0].endswith(f"({whole - MAX_MESSAGE_CHARS:,} more characters left out)")
+
+
+def test_an_error_naming_a_url_with_credentials_prints_it_redacted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_ready(*_args: object) -> int:  # what readiness raises for an attached URL
+        raise ServerError("http://u:pw@127.0.0.1:1 not ready after 600s: /health answered "
+                          "nothing")
+
+    monkeypatch.setattr(cli, "command_run", not_ready)
+    code, _, complained = _run(["run", "scenario=chat", "server.url=http://u:pw@127.0.0.1:1"])
+    assert code == int(ServerError.exit_code) and len(complained) == 1
+    assert complained[0] == ("vllm-slo: error: http://***@127.0.0.1:1 not ready after 600s: "
+                             "/health answered nothing")
 
 
 def test_stop_signals_first_stops_second_is_acknowledged_third_quits() -> None:

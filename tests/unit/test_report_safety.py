@@ -206,3 +206,38 @@ def test_no_credential_on_the_experiment_pages(tmp_path: Path) -> None:
         assert path is not None
         text = path.read_text(encoding="utf-8")
         assert SECRETS[0] not in text and SECRETS[1] not in text, path
+
+
+def test_a_server_error_carries_no_secret_of_the_scenario(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start-up failure quotes the server's log, where vLLM echoes its arguments: the error
+    that reaches the terminal (and a tune's start_failure.json) has the scenario's secrets
+    — the URL's password, the API key's value — replaced, like the log itself."""
+    from vllm_slo import runner
+    from vllm_slo.scenarios.errors import ServerError
+    from vllm_slo.scenarios.model import Scenario
+
+    class Unready:
+        def __init__(self, *_args: object) -> None:
+            self.on_waiting = None
+
+        def __enter__(self) -> None:
+            raise ServerError("vLLM exited with code 1; last lines:\nnon-default args: "
+                              "{'api_key': ['sk-live-7f3a'], 'url': "
+                              "'http://ops:hunter2pass@127.0.0.1:9'} hunter2pass")
+
+        def __exit__(self, *_exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(runner, "AttachedServer", Unready)
+    monkeypatch.setenv("VLLM_SLO_TEST_KEY", "sk-live-7f3a")
+    scenario = Scenario.model_validate({"name": "x", "server": {
+        "url": "http://ops:hunter2pass@127.0.0.1:9", "api_key_env": "VLLM_SLO_TEST_KEY"}})
+    (tmp_path / "run").mkdir()
+    with pytest.raises(ServerError) as raised:
+        runner.run_trial(scenario, tmp_path / "run", lambda _text: None)
+    text = str(raised.value)
+    assert "sk-live-7f3a" not in text and "hunter2pass" not in text, text
+    assert text == ("vLLM exited with code 1; last lines:\nnon-default args: "
+                    f"{{'api_key': ['{REDACTED}'], 'url': 'http://{REDACTED}@127.0.0.1:9'}} "
+                    f"{REDACTED}")

@@ -15,6 +15,7 @@ from vllm_slo.transport.http_stream import HttpStreamClient
 # race for the port) is given up after this, so a dead launch is noticed in seconds, not 30 s
 METADATA_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 30.0  # the probe completion: a cold server's first request may take long
+WAITING_EVERY_S = 30.0  # how often a wait says it is still waiting (a GPU start takes minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +80,24 @@ def wait_until_ready(
     server_failure: Callable[[], str | None] = lambda: None,
     api_key: str | None = None,
     poll_s: float = 0.5,
+    on_waiting: Callable[[str], None] | None = None,
+    waiting_every_s: float = WAITING_EVERY_S,
 ) -> ReadyServer:
     """Block until the server answers all three checks or raise ServerError at the deadline.
-    `server_failure()` returns a reason when a launched server died (checked every poll)."""
+    `server_failure()` returns a reason when a launched server died (checked every poll);
+    `on_waiting(text)` is told every `waiting_every_s` how long it has waited and for what."""
     started = time.monotonic()
     deadline = started + timeout_s
+    next_word_at = started + waiting_every_s
     client = HttpStreamClient(base_url, timeout_s=METADATA_TIMEOUT_S, api_key=api_key)
     prober = HttpStreamClient(base_url, timeout_s=PROBE_TIMEOUT_S, api_key=api_key)
     last_problem = "no answer yet"
     try:
-        while time.monotonic() < deadline:
+        while (now := time.monotonic()) < deadline:
+            if on_waiting is not None and now >= next_word_at:
+                on_waiting(f"{base_url} not ready after {now - started:.0f}s of "
+                           f"{timeout_s:.0f}s: {last_problem}")
+                next_word_at = now + waiting_every_s
             died = server_failure()
             if died is not None:
                 raise ServerError(died)

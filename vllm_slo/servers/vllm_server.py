@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,7 @@ class VllmServer:
         self.ready: ReadyServer | None = None
         self.ports_taken: list[int] = []  # ports lost to another process before vLLM bound them
         self._log_offset = 0  # where the current launch's lines start in the log
+        self.on_waiting: Callable[[str], None] | None = None  # told while start-up goes on
 
     @property
     def base_url(self) -> str:
@@ -244,7 +246,7 @@ class VllmServer:
             try:
                 self.ready = wait_until_ready(
                     self.base_url, self.ready_timeout_s, self.plan.served_model_name,
-                    server_failure=self.failure)
+                    server_failure=self.failure, on_waiting=self.on_waiting)
                 return self.ready
             except ServerError:
                 lost = self.process is not None and self.process.poll() is not None and bool(
@@ -329,6 +331,7 @@ class AttachedServer:
         self.ready_timeout_s = ready_timeout_s
         self.api_key = api_key
         self.ready: ReadyServer | None = None
+        self.on_waiting: Callable[[str], None] | None = None  # told while it is not ready
 
     def instance(self) -> dict[str, object]:
         """Which server instance this is: from outside, only the user's label tells."""
@@ -336,7 +339,7 @@ class AttachedServer:
 
     def __enter__(self) -> AttachedServer:
         self.ready = wait_until_ready(self.base_url, self.ready_timeout_s, self.model_name,
-                                      api_key=self.api_key)
+                                      api_key=self.api_key, on_waiting=self.on_waiting)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
