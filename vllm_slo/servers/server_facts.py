@@ -6,7 +6,8 @@ what it resolved (chunked prefill, prefix caching, eager mode, max sequence leng
 KV-cache size in tokens and "Maximum concurrency for N tokens per request: X x", and the
 engine's start time. From `vllm:cache_config_info` (labels): block size, KV-cache blocks,
 tokens and maximum concurrency as the engine exported them. `diagnose_start_failure` turns a
-failed start-up's log into one paragraph: what went wrong and the remedy.
+failed start-up's log into one paragraph: what went wrong and the remedy;
+`diagnose_runtime_failure` does so for a server that died after it was ready.
 """
 
 from __future__ import annotations
@@ -213,10 +214,30 @@ _REMEDIES = (
 )
 
 
+# deaths of a server that had answered (its start-up's remedies would mislead there)
+_RUNTIME_REMEDIES = (
+    _Remedy(re.compile(r"CPU Generator does not use offset"),
+            "vLLM's CPU build died splitting the prefill of a request that sets `seed` (its "
+            "per-request generator cannot rewind: vLLM CPU 0.32)",
+            "drop `seed` from traffic.extra_body, or keep prefills whole: raise "
+            "server.args.max-num-batched-tokens above what the concurrent prompts need "
+            "together"),
+)
+
+
 def diagnose_start_failure(log_tail: str) -> str | None:
     """Pure: one paragraph — the cause and the remedy — for a start-up log tail that matches a
     known failure; None otherwise."""
-    for known in _REMEDIES:
+    return _diagnose(log_tail, _REMEDIES)
+
+
+def diagnose_runtime_failure(log: str) -> str | None:
+    """Pure: `diagnose_start_failure` for a server that died after it was ready."""
+    return _diagnose(log, _RUNTIME_REMEDIES)
+
+
+def _diagnose(log_tail: str, remedies: tuple[_Remedy, ...]) -> str | None:
+    for known in remedies:
         found = known.pattern.search(log_tail)
         if found:
             line = next((text.strip() for text in log_tail.splitlines()

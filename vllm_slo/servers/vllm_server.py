@@ -30,7 +30,7 @@ from vllm_slo.servers.core_split import (
     usable_cores,
 )
 from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
-from vllm_slo.servers.server_facts import diagnose_start_failure
+from vllm_slo.servers.server_facts import diagnose_runtime_failure, diagnose_start_failure
 from vllm_slo.servers.tiny_lora import TINY_LORA_SOURCE, ensure_tiny_loras
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
 from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
@@ -299,7 +299,8 @@ class VllmServer:
             return None
         tail = self.log_tail()
         launch_log = self._log_since(self._log_offset)
-        diagnosis = diagnose_start_failure(launch_log) if self.ready is None else None
+        diagnosis = (diagnose_start_failure(launch_log) if self.ready is None
+                     else diagnose_runtime_failure(launch_log))
         said = f"{diagnosis}\n" if diagnosis else ""
         rejection = _CONFIG_REJECTION.findall(launch_log)
         if rejection and self.ready is None:
