@@ -111,8 +111,8 @@ def test_a_seeded_split_prefill_death_on_vllm_cpu_is_diagnosed_after_start_only(
         "stack trace (above) for the root cause.\n")
     diagnosis = diagnose_runtime_failure(log)
     assert diagnosis is not None
-    assert diagnosis.startswith("Diagnosis: vLLM's CPU build died splitting the prefill of a "
-                                "request that sets `seed`")
+    assert diagnosis.startswith("Diagnosis: vLLM's CPU build died discarding a token it had "
+                                "sampled for a request that sets `seed`")
     assert "Remedy: drop `seed` from traffic.extra_body" in diagnosis
     assert "RuntimeError: CPU Generator does not use offset" in diagnosis  # vLLM's words
     assert diagnose_start_failure(log) is None  # not a start-up failure

@@ -217,8 +217,9 @@ _REMEDIES = (
 # deaths of a server that had answered (its start-up's remedies would mislead there)
 _RUNTIME_REMEDIES = (
     _Remedy(re.compile(r"CPU Generator does not use offset"),
-            "vLLM's CPU build died splitting the prefill of a request that sets `seed` (its "
-            "per-request generator cannot rewind: vLLM CPU 0.32)",
+            "vLLM's CPU build died discarding a token it had sampled for a request that "
+            "sets `seed` (its per-request generator cannot rewind: vLLM CPU 0.32; seen with "
+            "a prefill split across steps)",
             "drop `seed` from traffic.extra_body, or keep prefills whole: raise "
             "server.args.max-num-batched-tokens above what the concurrent prompts need "
             "together"),

@@ -25,7 +25,7 @@ END_MARKER_ID = 3  # <|unk|> of the tiny tokenizer: the plugin's end of reasonin
 
 def test_reasoning_is_timed_apart_on_vllm_cpu(shared_vllm: VllmServer, tmp_path: Path) -> None:
     # 4 users: their prompts fit the server's token budget together. A seeded request whose
-    # prefill is split kills vLLM CPU 0.32's engine ("CPU Generator does not use offset").
+    # prefill is split can kill vLLM CPU 0.32's engine ("CPU Generator does not use offset").
     result = run_cli([
         "run", "scenario=chat", f"server.url={shared_vllm.base_url}", "traffic.duration=6s",
         "traffic.warmup=2s", "traffic.chat.turns=1", "traffic.chat.output_tokens=32",
