@@ -16,11 +16,11 @@ from vllm_slo.transport.processes import free_loopback_port
 def test_a_wait_for_a_silent_port_says_what_it_waits_for_until_it_gives_up() -> None:
     url = f"http://127.0.0.1:{free_loopback_port()}"  # nothing listens: refused at once
     words: list[str] = []
-    with pytest.raises(ServerError, match="not ready after 2s: /health answered nothing"):
-        wait_until_ready(url, 2.0, poll_s=0.05, on_waiting=words.append, waiting_every_s=0.5)
-    assert 2 <= len(words) <= 4, words  # at 0.5, 1.0, 1.5 s (give or take a poll)
+    with pytest.raises(ServerError, match="not ready after 3s: /health answered nothing"):
+        wait_until_ready(url, 3.0, poll_s=0.05, on_waiting=words.append, waiting_every_s=0.5)
+    assert 2 <= len(words) <= 5, words  # at 0.5, 1.0, ... 2.5 s (fewer if the box stalls)
     for word in words:
-        assert re.fullmatch(rf"{re.escape(url)} not ready after \ds of 2s: "
+        assert re.fullmatch(rf"{re.escape(url)} not ready after \ds of 3s: "
                             r"/health answered nothing", word), word
 
 
