@@ -56,13 +56,13 @@ from tests.support.synthetic import (  # noqa: E402
     synthetic_provenance,
     synthetic_server_records,
 )
-from vllm_slo.scenarios.run_files import (  # noqa: E402
+from vllm_slo.run_folder.run_files import (  # noqa: E402
     PROVENANCE_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
 )
-from vllm_slo.scenarios.samples_format import (  # noqa: E402
+from vllm_slo.run_folder.samples_format import (  # noqa: E402
     OFFSETS_COLUMN,
     SAMPLE_SCHEMA,
     SAMPLES_FILE,
@@ -249,7 +249,7 @@ def _child(run_dir: str, exact: bool) -> None:
     import importlib
 
     if exact:  # every series gets the exact estimate (blocked autocovariances when long)
-        from vllm_slo.reports.analysis import effective_size
+        from vllm_slo.stats import effective_size
         effective_size.BATCHED_ABOVE = sys.maxsize
     times: dict[str, float] = {}
     peaks: dict[str, int] = {}

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vllm_slo.reports.analysis.client_health import time_weighted_count
+from vllm_slo.analysis.client_health import time_weighted_count
 from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.transport.processes import stop_process_group
 

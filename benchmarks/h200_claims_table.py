@@ -23,15 +23,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import format_ratio
-from vllm_slo.reports.analysis.experiment_design import sequential_design
-from vllm_slo.reports.analysis.sequential import decide_cells
-from vllm_slo.reports.analysis.tune_summary import OBJECTIVE_CELLS
+from vllm_slo.analysis.comparison import format_ratio
+from vllm_slo.analysis.experiment_design import sequential_design
+from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
+from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
-from vllm_slo.scenarios.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 from vllm_slo.scenarios.slo import part_column
+from vllm_slo.stats.sequential import decide_cells
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"

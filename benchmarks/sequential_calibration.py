@@ -1,4 +1,4 @@
-"""Calibration of the sequential trial decision (``reports.analysis.sequential``): prints the
+"""Calibration of the sequential trial decision (``vllm_slo.stats.sequential``): prints the
 markdown tables quoted in docs/statistics.md ("Sequential trials"). The simulations (instance
 models, the rule as ``decide_cells`` applies it) are ``tests/support/trial_simulation.py``,
 which ``tests/unit/test_sequential.py`` asserts on too.
@@ -24,7 +24,7 @@ from tests.support.trial_simulation import (
     proportion_interval,
     simulate,
 )
-from vllm_slo.reports.analysis.sequential import SequentialDesign, SpendingFunction, TrialTest
+from vllm_slo.stats.sequential import SequentialDesign, SpendingFunction, TrialTest
 
 ALPHA = 0.05
 EFFECT = 0.10  # compare.effect's default: the equivalence margin

@@ -49,7 +49,7 @@ from tests.support.stats_simulation import (
     power_at_recommended_trials,
     sectioning_coverage,
 )
-from vllm_slo.reports.analysis import effective_size, statistics
+from vllm_slo.stats import effective_size, statistics
 
 
 def _print_large(ar1_runs: int, itl_runs: int, open_loop_runs: int) -> None:

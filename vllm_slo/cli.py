@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
 from vllm_slo.scenarios.plugins import load_plugins

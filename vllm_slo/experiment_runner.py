@@ -10,7 +10,7 @@ order (A B B A ...), all with the same seed and therefore identical prompt seque
     runs/<stamp>-<name>/summary.json|report.html   across trials and variants
 
 A sequential design (`trials: {min, max, budget}`) stops once every compared cell is decided
-(reports/analysis/sequential.py); `vllm-slo run --resume RUN_DIR` continues an interrupted
+(vllm_slo/stats/sequential.py); `vllm-slo run --resume RUN_DIR` continues an interrupted
 experiment in its round order, keeping its complete trials.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_slo.reports.analysis.experiment_design import (
+from vllm_slo.analysis.experiment_design import (
     DEFAULT_STARTUP_S,
     NextAction,
     design_check,
@@ -35,19 +35,25 @@ from vllm_slo.reports.analysis.experiment_design import (
     sequential_design,
     time_estimate,
 )
-from vllm_slo.reports.analysis.experiment_summary import (
+from vllm_slo.analysis.experiment_summary import (
     DecisionEntry,
     Stopping,
     groups_by_variant,
     look_decisions,
     looks_taken,
 )
-from vllm_slo.reports.analysis.sequential import CellDecision
-from vllm_slo.reports.analysis.trials import TrialOutcome
+from vllm_slo.analysis.trials import TrialOutcome
+from vllm_slo.redaction import REDACTED, redact_secrets, redacted_keys
 from vllm_slo.reports.experiment_report import read_stopping, render_experiment
-from vllm_slo.reports.redaction import REDACTED, redact_secrets, redacted_keys
 from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.reports.trial_folders import DAMAGE, collect_trials, damage_reason, naming
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import (
+    SCENARIO_FILE,
+    STOPPING_FILE,
+    SUMMARY_FILE,
+    TRIALS_DIR,
+)
 from vllm_slo.runner import (
     Printer,
     RunOutcome,
@@ -66,15 +72,9 @@ from vllm_slo.scenarios.loader import (
 )
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import (
-    SCENARIO_FILE,
-    STOPPING_FILE,
-    SUMMARY_FILE,
-    TRIALS_DIR,
-)
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.side_by_side import PlacedTrial, place, run_round
+from vllm_slo.stats.sequential import CellDecision
 
 
 def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
@@ -221,7 +221,7 @@ def trial_complete(folder: Path, say: Printer | None = None) -> bool:
 class _Rounds:
     """An experiment folder's interleaved rounds, run (or kept from before: resume) one at a
     time; after each, from trials.min on, a look at the compared cells decides whether another
-    round runs (reports.analysis.experiment_design.next_action)."""
+    round runs (vllm_slo.analysis.experiment_design.next_action)."""
 
     def __init__(self, scenario: Scenario, arms: dict[str, Scenario], run_dir: Path,
                  say: Printer):

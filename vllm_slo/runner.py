@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from vllm_slo.analysis.outages import table_outages
 from vllm_slo.loadtests.arrivals import arrival_offsets_s
 from vllm_slo.loadtests.locust_launcher import (
     REMOTE_WORKERS_WAIT_S,
@@ -34,8 +35,7 @@ from vllm_slo.loadtests.prompts import (
     load_sharegpt,
 )
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
-from vllm_slo.reports.analysis.outages import table_outages
-from vllm_slo.reports.redaction import (
+from vllm_slo.redaction import (
     redact_secrets,
     redact_text,
     redact_values,
@@ -43,20 +43,20 @@ from vllm_slo.reports.redaction import (
 )
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
-from vllm_slo.scenarios.loader import resolve_variants
-from vllm_slo.scenarios.locust_config import LocustConfig
-from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
-from vllm_slo.scenarios.profile_specs import ShareGptSpec
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.locust_config import LocustConfig
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import (
     PLAN_FILE,
     SCENARIO_FILE,
     SERVER_FACTS_FILE,
     SERVER_LOG_FILE,
     SERVER_METRICS_FILE,
 )
-from vllm_slo.scenarios.run_status import RunStatus
+from vllm_slo.run_folder.run_status import RunStatus
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
+from vllm_slo.scenarios.profile_specs import ShareGptSpec
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import (
+from vllm_slo.analysis.comparison import (
     TEST_TEXT,
     Group,
     center_estimate,
@@ -25,11 +25,8 @@ from vllm_slo.reports.analysis.comparison import (
     trial_values_text,
     within_instance_warning,
 )
-from vllm_slo.reports.analysis.experiment_summary import build_comparison_summary
-from vllm_slo.reports.analysis.statistics import Verdict
-from vllm_slo.reports.analysis.trial_planning import trials_for_gate
-from vllm_slo.reports.analysis.trial_statistics import TrialTest
-from vllm_slo.reports.analysis.trials import Trial
+from vllm_slo.analysis.experiment_summary import build_comparison_summary
+from vllm_slo.analysis.trials import Trial
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text
 from vllm_slo.reports.render.text import format_trials_needed
@@ -40,8 +37,11 @@ from vllm_slo.reports.trial_folders import (
     read_scenario,
     trial_folders,
 )
+from vllm_slo.run_folder.run_files import TRIALS_DIR
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
-from vllm_slo.scenarios.run_files import TRIALS_DIR
+from vllm_slo.stats.statistics import Verdict
+from vllm_slo.stats.trial_planning import trials_for_gate
+from vllm_slo.stats.trial_statistics import TrialTest
 
 GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")
 

@@ -2,7 +2,7 @@
 candidate runs as trials on fresh servers (grid candidates interleaved A B B A ...), the
 guides' procedures step one arg at a time from the best candidate so far until a stop
 condition holds, and the candidates are ranked by the objective with significance across
-trials (vllm_slo/reports/analysis/tuning.py decides; vllm_slo/reports/tune_report.py writes).
+trials (vllm_slo/analysis/tuning.py decides; vllm_slo/reports/tune_report.py writes).
 
     runs/<stamp>-<name>-tune/tune.yaml                   the scenario as given (tune included)
     runs/<stamp>-<name>-tune/trials/<NNN>-<cNN>-<k>/     one run folder per trial
@@ -29,19 +29,13 @@ from typing import Any
 
 import yaml
 
-from vllm_slo.experiment_runner import (
-    resumable_scenario,
-    trial_complete,
-    trial_folder_name,
-    trial_order,
-)
-from vllm_slo.reports.analysis.comparison import Group
-from vllm_slo.reports.analysis.experiment_summary import slo_across_trials
-from vllm_slo.reports.analysis.server_metrics import run_preemptions
-from vllm_slo.reports.analysis.summary import ReportedEstimate, RunRates
-from vllm_slo.reports.analysis.trials import gpu_set
-from vllm_slo.reports.analysis.tune_summary import TuneResult
-from vllm_slo.reports.analysis.tuning import (
+from vllm_slo.analysis.comparison import Group
+from vllm_slo.analysis.experiment_summary import slo_across_trials
+from vllm_slo.analysis.server_metrics import run_preemptions
+from vllm_slo.analysis.summary import ReportedEstimate, RunRates
+from vllm_slo.analysis.trials import gpu_set
+from vllm_slo.analysis.tune_summary import TuneResult
+from vllm_slo.analysis.tuning import (
     GIVEN_ORIGIN,
     CandidateResult,
     SearchFinding,
@@ -54,10 +48,25 @@ from vllm_slo.reports.analysis.tuning import (
     search_values,
     stop_reason,
 )
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.experiment_runner import (
+    resumable_scenario,
+    trial_complete,
+    trial_folder_name,
+    trial_order,
+)
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
 from vllm_slo.reports.trial_folders import load_trial, naming
 from vllm_slo.reports.tune_report import write_tune
+from vllm_slo.run_folder.run_files import (
+    CANDIDATES_FILE,
+    SERVER_FACTS_FILE,
+    SERVER_METRICS_FILE,
+    START_FAILURE_FILE,
+    SUMMARY_FILE,
+    TRIALS_DIR,
+    TUNE_SCENARIO_FILE,
+)
 from vllm_slo.runner import (
     Printer,
     RunOutcome,
@@ -70,15 +79,6 @@ from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import (
-    CANDIDATES_FILE,
-    SERVER_FACTS_FILE,
-    SERVER_METRICS_FILE,
-    START_FAILURE_FILE,
-    SUMMARY_FILE,
-    TRIALS_DIR,
-    TUNE_SCENARIO_FILE,
-)
 from vllm_slo.servers.server_facts import effective_engine_args
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import resolve_model_path

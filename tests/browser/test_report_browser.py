@@ -300,8 +300,8 @@ def test_tune_report_renders_in_chromium(browser) -> None:
     candidate, the recommended command shown with its gain over the scenario's own args (c01,
     as given: tune.baseline), and untrusted text (a scenario description, a server's
     start-failure log) shown as text, never run."""
-    from vllm_slo.reports.analysis.tune_summary import TuneResult
-    from vllm_slo.reports.analysis.tuning import CandidateResult
+    from vllm_slo.analysis.tune_summary import TuneResult
+    from vllm_slo.analysis.tuning import CandidateResult
     from vllm_slo.reports.tune_report import write_tune
     from vllm_slo.scenarios.model import Scenario
 

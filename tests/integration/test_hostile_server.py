@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import HEALTH_BOUNDS_OFF, run_cli, standin_server
-from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
+from vllm_slo.run_folder.samples_format import REQUEST_STATUSES
 from vllm_slo.servers.standin.cli import read_record_log
 from vllm_slo.servers.standin.faults import MIXED_KINDS
 

@@ -28,7 +28,7 @@ from tests.integration.conftest import (
     wait_for,
 )
 from vllm_slo.loadtests import locust_launcher
-from vllm_slo.scenarios.samples_format import read_stream_tolerant
+from vllm_slo.run_folder.samples_format import read_stream_tolerant
 from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration

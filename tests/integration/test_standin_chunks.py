@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from tests.support.timing import timed
+from vllm_slo.analysis.run_metrics import RunSeries, run_series, summarize
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest
 from vllm_slo.loadtests.request_rows import request_row
-from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series, summarize
 from vllm_slo.reports.samples import read_streams
-from vllm_slo.scenarios.samples_format import SampleWriter
+from vllm_slo.run_folder.samples_format import SampleWriter
 from vllm_slo.servers.standin.config import StandinConfig
 from vllm_slo.servers.standin.server import running_standin
 from vllm_slo.transport.http_stream import HttpStreamClient

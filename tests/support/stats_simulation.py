@@ -50,8 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import signal, stats
 
-from vllm_slo.reports.analysis import effective_size
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.stats import effective_size
+from vllm_slo.stats.statistics import (
     ORDER_STATISTIC_METHOD,
     SECTIONING_METHOD,
     across_trials_estimate,
@@ -63,8 +63,8 @@ from vllm_slo.reports.analysis.statistics import (
     percentile_estimates,
     time_ordered,
 )
-from vllm_slo.reports.analysis.trial_planning import trials_needed
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.stats.trial_planning import trials_needed
+from vllm_slo.stats.trial_statistics import (
     compare_trials,
     min_p_value_mann_whitney,
     non_inferiority,
@@ -776,7 +776,7 @@ def itl_coverage(
     """ITL percentile intervals from gaps pooled request by request versus time-ordered.
 
     Both go through ``percentile_estimate``: the request-ordered series as
-    ``vllm_slo/reports/analysis/run_metrics.py`` pools it today, the time-ordered one through
+    ``vllm_slo/analysis/run_metrics.py`` pools it today, the time-ordered one through
     ``itl_percentile_estimate`` (gaps sorted by arrival). Truth: ``itl_true_percentiles``.
     """
     rng = np.random.default_rng(seed)

@@ -16,15 +16,15 @@ import pyarrow.ipc as ipc
 import yaml
 
 from vllm_slo.reports.samples import consolidate
-from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.run_files import (
     PROVENANCE_FILE,
     SCENARIO_FILE,
     SERVER_METRICS_FILE,
     STATUS_FILE,
     TRIALS_DIR,
 )
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA, SAMPLES_DIR, SampleWriter
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA, SAMPLES_DIR, SampleWriter
+from vllm_slo.scenarios.model import Scenario
 
 T0_UNIX_S = 1_800_000_000.0
 MODEL_LABELS = 'engine="0",model_name="tiny"'

@@ -1,4 +1,4 @@
-"""Simulations that calibrate the sequential trial decision (``reports.analysis.sequential``):
+"""Simulations that calibrate the sequential trial decision (``vllm_slo.stats.sequential``):
 the library behind ``benchmarks/sequential_calibration.py`` (which prints the tables quoted in
 docs/statistics.md, "Sequential trials") and ``tests/unit/test_sequential.py`` (which asserts on
 the same functions, smaller).
@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from vllm_slo.reports.analysis.sequential import (
+from vllm_slo.stats.sequential import (
     SequentialDesign,
     decision_words,
     sequential_rejections,

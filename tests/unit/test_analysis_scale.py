@@ -10,14 +10,15 @@ import pyarrow as pa
 import pytest
 from scipy.signal import lfilter
 
-from vllm_slo.reports.analysis import chunk_times, effective_size
-from vllm_slo.reports.analysis.run_metrics import pooled_gaps
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.analysis import chunk_times
+from vllm_slo.analysis.run_metrics import pooled_gaps
+from vllm_slo.reports.render import figures
+from vllm_slo.stats import effective_size
+from vllm_slo.stats.statistics import (
     percentile_estimate,
     percentile_estimates,
     time_ordered,
 )
-from vllm_slo.reports.render import figures
 
 
 def offset_lists(rng: np.random.Generator, rows: int, *, nulls: bool = False,

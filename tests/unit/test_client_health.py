@@ -1,4 +1,4 @@
-"""The load generator's self-judgement (reports/analysis/client_health.py) and the monitor's
+"""The load generator's self-judgement (vllm_slo/analysis/client_health.py) and the monitor's
 pure parts (vllm_slo/loadtests/client_monitor.py): time-weighted concurrency from known intervals,
 re-send gaps, pooled loop lag, and the criterion firing exactly when it should; a monitored run
 folder renders the numbers into summary.json (valid against its schema), the text, Markdown
@@ -15,6 +15,14 @@ import pyarrow as pa
 import pytest
 
 from tests.support import synthetic as synthesis
+from vllm_slo.analysis import client_health as health_module
+from vllm_slo.analysis.client_health import (
+    achieved_concurrency,
+    client_health,
+    lag_bucket_upper_s,
+    pooled_loop_lag,
+    time_weighted_count,
+)
 from vllm_slo.loadtests.client_monitor import (
     LAG_BUCKET_FLOOR_S,
     LAG_BUCKETS_PER_OCTAVE,
@@ -23,16 +31,8 @@ from vllm_slo.loadtests.client_monitor import (
     lag_bucket,
     lag_summary,
 )
-from vllm_slo.reports.analysis import client_health as health_module
-from vllm_slo.reports.analysis.client_health import (
-    achieved_concurrency,
-    client_health,
-    lag_bucket_upper_s,
-    pooled_loop_lag,
-    time_weighted_count,
-)
 from vllm_slo.reports.run_report import render_run
-from vllm_slo.scenarios.samples_format import SAMPLES_DIR
+from vllm_slo.run_folder.samples_format import SAMPLES_DIR
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /
                      "summary.schema.json").read_text())

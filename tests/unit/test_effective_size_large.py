@@ -16,8 +16,8 @@ import pytest
 from scipy.signal import lfilter
 
 from tests.support.stats_simulation import stationary_ar1
-from vllm_slo.reports.analysis import effective_size
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.stats import effective_size
+from vllm_slo.stats.statistics import (
     mean_estimate,
     percentile_estimate,
     time_ordered,

@@ -152,7 +152,7 @@ def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) ->
 
 
 def test_summary_is_typed_and_written_as_its_one_serialisation(tmp_path: Path) -> None:
-    from vllm_slo.reports.analysis.experiment_summary import ExperimentSummary
+    from vllm_slo.analysis.experiment_summary import ExperimentSummary
     from vllm_slo.reports.experiment_report import load_experiment
 
     run = experiment(tmp_path / "t", {"a": 0.05, "b": 0.07}, trials=3, noise=0.05)
@@ -200,7 +200,7 @@ def test_experiment_page_is_built_from_the_typed_view(tmp_path: Path) -> None:
     import dataclasses
     import re
 
-    from vllm_slo.reports.analysis.experiment_summary import pooled_series
+    from vllm_slo.analysis.experiment_summary import pooled_series
     from vllm_slo.reports.experiment_report import load_experiment
     from vllm_slo.reports.render.experiment_html import (
         build_experiment_view,
@@ -402,7 +402,7 @@ def test_closing_warning_uses_the_actual_trial_counts_of_an_experiment(tmp_path:
 
 
 def test_holm_interval_factors_hand_computed() -> None:
-    from vllm_slo.reports.analysis.trial_statistics import holm_interval_factors
+    from vllm_slo.stats.trial_statistics import holm_interval_factors
 
     # sorted 0.005 (4x = 0.02 rejected), 0.01 (3x = 0.03 rejected), 0.03 (2x = 0.06: stop),
     # 0.04 (not rejected): rejected cells at their step, the rest at the stopping step's 2
@@ -415,7 +415,7 @@ def test_holm_interval_factors_hand_computed() -> None:
 def test_exactly_alpha_after_holm_is_not_significant_and_has_no_interval() -> None:
     """3 vs 7 trials, fully separated: p = 2 / C(10, 3) = 1/60; Holm over 3 gives exactly
     0.05, which is not below alpha (the floats say 0.04999...)."""
-    from vllm_slo.reports.analysis.trial_statistics import compare_trials, with_holm
+    from vllm_slo.stats.trial_statistics import compare_trials, with_holm
 
     family = with_holm([compare_trials(np.arange(3.0) + 1, np.arange(7.0) + 100)
                         for _ in range(3)])
@@ -430,7 +430,7 @@ def test_exactly_alpha_after_holm_is_not_significant_and_has_no_interval() -> No
 
 def _brute_force_holm(p_values: list[float], alpha: float) -> list[bool]:
     """Holm's step-down as the textbook states it."""
-    from vllm_slo.reports.analysis.trial_statistics import below_alpha
+    from vllm_slo.stats.trial_statistics import below_alpha
 
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
     rejected = [False] * len(p_values)
@@ -447,7 +447,7 @@ def test_adjusted_interval_excludes_the_null_exactly_when_significant(alpha: flo
     Holm, a testable cell's shift and ratio intervals exclude 0 / 1 exactly when it is
     significant, at level 1 - alpha / holm_factor; a cell that is not testable is never
     significant, has no interval at that level and its widest interval sits at 1 - min p."""
-    from vllm_slo.reports.analysis.trial_statistics import (
+    from vllm_slo.stats.trial_statistics import (
         compare_trials,
         min_p_value_mann_whitney,
         with_holm,
@@ -487,7 +487,7 @@ def test_adjusted_interval_excludes_the_null_exactly_when_significant(alpha: flo
 def test_ties_never_hide_a_disagreement_between_interval_and_verdict() -> None:
     """With ties the p-value comes from a permutation test, which the Moses interval is not
     exactly dual to: any disagreement is flagged, never silent."""
-    from vllm_slo.reports.analysis.trial_statistics import compare_trials, with_holm
+    from vllm_slo.stats.trial_statistics import compare_trials, with_holm
 
     rng = np.random.default_rng(5)
     for _ in range(60):
@@ -503,7 +503,7 @@ def test_ties_never_hide_a_disagreement_between_interval_and_verdict() -> None:
 
 
 def test_change_display_rule() -> None:
-    from vllm_slo.reports.analysis.comparison import format_ratio, format_shift
+    from vllm_slo.analysis.comparison import format_ratio, format_shift
 
     assert format_ratio(1.041, 0.91, 1.187) == "+4.1% [-9.0%, +18.7%]"
     assert format_ratio(0.9996, 0.99, 1.01) == "+0.0% [-1.0%, +1.0%]"  # never "-0.0%"
@@ -517,7 +517,7 @@ def test_change_display_rule() -> None:
 
 
 def test_trial_values_text() -> None:
-    from vllm_slo.reports.analysis.comparison import trial_values_text
+    from vllm_slo.analysis.comparison import trial_values_text
 
     assert trial_values_text("ttft.p50", [2.1, 2.5]) == "from trials 2.10s 2.50s"
     assert trial_values_text("ttft.p50", [0.05]) == "from trial 50.0ms"

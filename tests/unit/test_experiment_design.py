@@ -14,22 +14,22 @@ import pytest
 
 from tests.support.synthetic import write_synthetic_experiment
 from vllm_slo import cli, experiment_runner
-from vllm_slo.cli import main
-from vllm_slo.reports.analysis import sequential
-from vllm_slo.reports.analysis.experiment_design import (
+from vllm_slo.analysis.experiment_design import (
     DEFAULT_STARTUP_S,
     design_check,
     next_action,
     sequential_design,
     time_estimate,
 )
-from vllm_slo.reports.analysis.sequential import CellDecision, SequentialDesign
-from vllm_slo.reports.analysis.statistics import Estimate
+from vllm_slo.cli import main
 from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import STOPPING_FILE, TRIALS_DIR
 from vllm_slo.scenarios import model
 from vllm_slo.scenarios.loader import load_scenario, resolve_variants
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import STOPPING_FILE, TRIALS_DIR
+from vllm_slo.stats import sequential
+from vllm_slo.stats.sequential import CellDecision, SequentialDesign
+from vllm_slo.stats.statistics import Estimate
 
 REPO = Path(__file__).resolve().parents[2]
 # the issue's design: 4 + 4 trials, a rank test, Holm over 2 cells: never p < alpha / 2
@@ -335,7 +335,7 @@ def _sequential_experiment(tmp_path: Path) -> tuple[model.Scenario, Path]:
     with its scenario.yaml as `vllm-slo run` leaves it before the first trial."""
     import yaml
 
-    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+    from vllm_slo.run_folder.run_files import SCENARIO_FILE
 
     scenario, _ = load_scenario("chunked-prefill-ab", ["trials={min: 2, max: 4}",
                                                        "compare.cells=[ttft.p50]"])
@@ -381,7 +381,7 @@ def test_an_interrupted_experiment_resumes_in_its_round_order(
 def _experiment_folder(tmp_path: Path, overrides: list[str]) -> tuple[Path, object]:
     import yaml
 
-    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+    from vllm_slo.run_folder.run_files import SCENARIO_FILE
 
     scenario, _ = load_scenario("chunked-prefill-ab", ["compare.cells=[ttft.p50]", *overrides])
     run_dir = tmp_path / "exp"
@@ -500,8 +500,8 @@ def _secret_experiment(tmp_path: Path) -> Path:
     as run_experiment writes it (redacted)."""
     import yaml
 
-    from vllm_slo.reports.redaction import redact_secrets
-    from vllm_slo.scenarios.run_files import SCENARIO_FILE
+    from vllm_slo.redaction import redact_secrets
+    from vllm_slo.run_folder.run_files import SCENARIO_FILE
 
     scenario, _ = load_scenario("chunked-prefill-ab", [
         "compare.cells=[ttft.p50]", "trials=2", "server.args.api-key=sk-live-123",

@@ -1,39 +1,50 @@
-"""The layout explains itself only if imports go one way (README "Layout"):
+"""The layout explains itself only if imports go one way (docs/development.md "Layout"):
 
-    vllm_slo  ->  reports, loadtests, servers  ->  scenarios, transport
+    vllm_slo  ->  reports  ->  analysis  ->  stats
+        |  ->  loadtests, servers  ->  run_folder, scenarios, transport
 
+`stats` (pure statistics) imports nothing of the suite and nothing but numpy and scipy beside
+the standard library; `analysis` (run metrics, verdicts, experiment design, summaries) imports
+`stats`, `run_folder` and `scenarios`, never `reports`; `reports` (rendering, reading run
+folders back) sits on `analysis`; `run_folder` (the run folder's format) on `scenarios`;
 `transport` (the streaming HTTP client and SSE that readiness, /metrics scraping and the
 Locust users share; process groups, CPU affinity, ports) imports nothing of the suite;
-`loadtests` and `servers` never import each other; `reports` imports only `scenarios`; inside
-`reports`, `analysis` never imports `render`; every layer may use the leaf
-`vllm_slo.resources` (where the user folders are). Every import of the suite's own
-modules is absolute and spelled `vllm_slo.<package>...` (one import path per module), and only
-the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the greenlets they run:
-the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and locust_quirks.py,
-which the users install) import locust or gevent. Checked statically on the source.
+`loadtests` and `servers` never import each other; every layer may use the leaves
+`vllm_slo.resources` (where the user folders are) and `vllm_slo.redaction`. Every import of
+the suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
+module), and only the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the
+greenlets they run: the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and
+locust_quirks.py, which the users install) import locust or gevent. Checked statically on the
+source.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 USER_FOLDERS = ("scenarios", "servers", "loadtests", "reports")  # top-level, users edit them
-LAYERS = (*USER_FOLDERS, "transport")
+LAYERS = (*USER_FOLDERS, "transport", "stats", "analysis", "run_folder")
 PACKAGE = REPO / "vllm_slo"  # the one package root
 LOCUSTFILES = sorted((REPO / "loadtests").glob("*.py"))  # what Locust runs, outside the package
 ALLOWED: dict[str, set[str]] = {
     "vllm_slo": {"vllm_slo", *LAYERS},
-    "reports": {"reports", "scenarios"},
-    "loadtests": {"loadtests", "transport", "scenarios"},
+    "reports": {"reports", "analysis", "stats", "run_folder", "scenarios"},
+    "analysis": {"analysis", "stats", "run_folder", "scenarios"},
+    "loadtests": {"loadtests", "transport", "run_folder", "scenarios"},
     "servers": {"servers", "transport", "scenarios"},
+    "run_folder": {"run_folder", "scenarios"},
     "scenarios": {"scenarios"},
+    "stats": {"stats"},
     "transport": {"transport"},
 }
 # leaf modules any layer may import: they import nothing of the suite (checked below)
-LEAVES = ("vllm_slo.resources",)
+LEAVES = ("vllm_slo.resources", "vllm_slo.redaction")
 LOCUST_NAMES = ("locust", "gevent")
 # greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
 # for Locust itself (installed by the locustfile)
@@ -132,24 +143,32 @@ def test_one_import_path_per_module() -> None:
     assert offenders == []
 
 
-def test_reports_analysis_never_imports_rendering() -> None:
-    analysis = [item for item in all_imports()
-                if item.source.is_relative_to(PACKAGE / "reports" / "analysis")]
-    assert analysis, "reports/analysis has no imports at all?"
-    offenders = [str(item) for item in analysis
-                 if item.module.startswith(("vllm_slo.reports.render",
-                                            "vllm_slo.reports.run_report",
-                                            "vllm_slo.reports.experiment_report"))]
+def test_analysis_never_imports_reports() -> None:
+    analysis = [item for item in all_imports() if item.source.is_relative_to(PACKAGE / "analysis")]
+    assert analysis, "vllm_slo/analysis has no imports at all?"
+    offenders = [str(item) for item in analysis if item.module.startswith("vllm_slo.reports")]
     assert offenders == []
 
 
-def test_reports_analysis_touches_no_files() -> None:
+def test_stats_import_only_numpy_scipy_and_the_standard_library() -> None:
+    stats = [item for item in all_imports() if item.source.is_relative_to(PACKAGE / "stats")]
+    assert len(stats) > 10, "vllm_slo/stats has no imports at all?"
+    allowed = {"numpy", "scipy", "vllm_slo", *sys.stdlib_module_names}
+    offenders = [str(item) for item in stats if item.module.split(".")[0] not in allowed]
+    assert offenders == []
+    outside = [str(item) for item in stats if item.module.startswith("vllm_slo")
+               and not item.module.startswith("vllm_slo.stats")]
+    assert outside == []
+
+
+@pytest.mark.parametrize("package", ["analysis", "stats"])
+def test_analysis_and_stats_touch_no_files(package: str) -> None:
     """Analysis is pure: reading run folders is `reports/samples.py`, `reports/trial_folders.py`
     and the report builders; writing is the renderers'."""
     io_calls = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_table",
                 "write_table", "mkdir", "unlink"}
     offenders = []
-    for path in sorted((PACKAGE / "reports" / "analysis").glob("*.py")):
+    for path in sorted((PACKAGE / package).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))

@@ -8,9 +8,9 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from vllm_slo.run_folder.locust_config import LocustConfig
+from vllm_slo.run_folder.run_files import LOCUST_CONFIG_FILE
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.locust_config import LocustConfig
-from vllm_slo.scenarios.run_files import LOCUST_CONFIG_FILE
 
 
 def test_what_the_runner_writes_the_users_read_back(tmp_path: Path) -> None:

@@ -15,19 +15,19 @@ import pytest
 import yaml
 
 from tests.support.synthetic import write_experiment_from_rows
-from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_names
-from vllm_slo.reports.analysis.run_metrics import (
+from vllm_slo.analysis.run_metrics import (
     measured_adapters,
     run_parts,
     run_series,
     series_by_adapter,
     summarize,
 )
-from vllm_slo.reports.analysis.verdicts import evaluate_slos, goodput
+from vllm_slo.analysis.verdicts import evaluate_slos, goodput
+from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_names
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA, SampleWriter
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario, ServerSpec
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA, SampleWriter
 from vllm_slo.servers.tiny_lora import adapter_config, module_shapes, name_seed
 from vllm_slo.servers.vllm_server import lora_engine_args, plan_launch
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_slo.reports.analysis.comparison import format_cell_value
-from vllm_slo.reports.analysis.run_metrics import RunSeries, summarize
-from vllm_slo.reports.analysis.trials import cell_value
-from vllm_slo.reports.analysis.verdicts import observed_for
+from vllm_slo.analysis.comparison import format_cell_value
+from vllm_slo.analysis.run_metrics import RunSeries, summarize
+from vllm_slo.analysis.trials import cell_value
+from vllm_slo.analysis.verdicts import observed_for
 from vllm_slo.scenarios.metrics import (
     LATENCY_METRICS,
     METRICS,

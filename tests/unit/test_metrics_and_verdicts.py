@@ -9,23 +9,23 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from vllm_slo.reports.analysis.run_metrics import run_series, summarize
-from vllm_slo.reports.analysis.statistics import (
-    MIN_EFFECTIVE_TAIL_SAMPLES,
-    SECTIONING_METHOD,
-    Verdict,
-    percentile_estimate,
-)
-from vllm_slo.reports.analysis.verdicts import (
+from vllm_slo.analysis.run_metrics import run_series, summarize
+from vllm_slo.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
     goodput,
     invalid_measurement_reasons,
     percentile_threshold_test,
 )
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.errors import ExitCode
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.slo import parse_fraction_rule, parse_latency_rule, parse_rate_rule
+from vllm_slo.stats.statistics import (
+    MIN_EFFECTIVE_TAIL_SAMPLES,
+    SECTIONING_METHOD,
+    Verdict,
+    percentile_estimate,
+)
 
 T0 = 1_800_000_000.0
 DATA = Path(__file__).parent / "data"

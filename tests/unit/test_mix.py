@@ -12,17 +12,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from vllm_slo.loadtests.plan import build_plan, canonical_bytes, read_plan, write_plan
-from vllm_slo.reports.analysis.run_metrics import (
+from vllm_slo.analysis.run_metrics import (
     measured_profiles,
     run_series,
     series_by_profile,
     summarize,
 )
+from vllm_slo.loadtests.plan import build_plan, canonical_bytes, read_plan, write_plan
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import TrafficSpec
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 MIX = {"profile": "mix", "seed": 7, "mix": {"chat": 3, "long-doc": 1},
@@ -109,7 +109,7 @@ def test_a_mix_run_folder_reports_its_parts(tmp_path: Path, tiny_counter) -> Non
     import yaml
 
     from vllm_slo.reports.run_report import render_run
-    from vllm_slo.scenarios.samples_format import SampleWriter
+    from vllm_slo.run_folder.samples_format import SampleWriter
 
     scenario, _ = load_scenario("chat", ["traffic.profile=mix",
                                          "traffic.mix={chat: 3, long-doc: 1}",
@@ -182,7 +182,7 @@ def test_a_parts_slos_judge_its_own_requests_only() -> None:
     """`slo.by_profile`: chat's ITL rule is judged on chat's gaps (10 ms) although the whole
     run's gaps include long-doc's 20 ms; long-doc's TTFT rule on long-doc's 0.8 s; a part
     without measured requests leaves its rules INCONCLUSIVE."""
-    from vllm_slo.reports.analysis.verdicts import evaluate_slos
+    from vllm_slo.analysis.verdicts import evaluate_slos
 
     scenario, _ = load_scenario("chat-long-doc-mix", [
         'slo={itl: ["p99 < 15ms"], by_profile: {chat: {itl: ["p99 < 15ms"]}, '
@@ -214,7 +214,7 @@ def test_a_parts_slos_judge_its_own_requests_only() -> None:
 def test_goodput_holds_each_part_to_its_own_rules() -> None:
     """A part's per-request rule (chat's TTFT < 100 ms) excludes that part's slow requests
     only: long-doc's 0.8 s TTFTs still count, unless the rule is the whole run's."""
-    from vllm_slo.reports.analysis.verdicts import goodput
+    from vllm_slo.analysis.verdicts import goodput
 
     series = run_series(_mix_table(), 10.0)
 

@@ -133,7 +133,7 @@ def test_empty_text_is_not_content_and_bad_bytes_are_malformed() -> None:
 
 
 def test_every_way_to_fail_has_its_status_word() -> None:
-    from vllm_slo.scenarios.samples_format import REQUEST_STATUSES
+    from vllm_slo.run_folder.samples_format import REQUEST_STATUSES
 
     error = json.dumps({"error": {"message": "busy", "type": "x", "code": 503}})
     token = VLLM_TOKEN % "x"

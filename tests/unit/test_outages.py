@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_slo.reports.analysis.outages import find_outages
+from vllm_slo.analysis.outages import find_outages
 
 
 def test_a_span_of_unanswered_requests_to_the_end_is_an_outage() -> None:

@@ -10,19 +10,19 @@ from collections.abc import Sequence
 import pytest
 from pydantic import ValidationError
 
+from vllm_slo.analysis.prefix_cache import (
+    UNVERIFIED_NAME,
+    WARNING_NAME,
+    CounterSpan,
+    check_prefix_cache,
+    window_counters,
+)
 from vllm_slo.loadtests.plan import build_plan, read_plan, write_plan
 from vllm_slo.loadtests.prefix_shaping import (
     NONCE_TOKENS,
     TEMPLATE_TOKENS_PER_MESSAGE,
     expected_hit_rate,
     shared_blocks,
-)
-from vllm_slo.reports.analysis.prefix_cache import (
-    UNVERIFIED_NAME,
-    WARNING_NAME,
-    CounterSpan,
-    check_prefix_cache,
-    window_counters,
 )
 from vllm_slo.scenarios.model import TrafficSpec
 
@@ -277,7 +277,7 @@ def test_report_rows_schema_and_terminal_line_show_target_achieved_and_verdict()
 
     import jsonschema
 
-    from vllm_slo.reports.analysis.summary import TrafficFacts
+    from vllm_slo.analysis.summary import TrafficFacts
     from vllm_slo.reports.render.html import load_rows
     from vllm_slo.reports.render.text import prefix_cache_line
 

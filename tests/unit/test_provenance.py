@@ -12,9 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.support.synthetic import synthetic_provenance
-from vllm_slo.reports.redaction import redact_secrets
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import PROVENANCE_FILE
+from vllm_slo.redaction import redact_secrets
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import PROVENANCE_FILE
 
 
 def test_a_written_provenance_reads_back_as_written(tmp_path: Path) -> None:

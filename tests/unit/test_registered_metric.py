@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from vllm_slo.reports.analysis.comparison import format_cell_value
-from vllm_slo.reports.analysis.run_metrics import RunSeries, summarize
-from vllm_slo.reports.analysis.trials import cell_value
-from vllm_slo.reports.analysis.verdicts import Verdict, evaluate_slos
+from vllm_slo.analysis.comparison import format_cell_value
+from vllm_slo.analysis.run_metrics import RunSeries, summarize
+from vllm_slo.analysis.trials import cell_value
+from vllm_slo.analysis.verdicts import Verdict, evaluate_slos
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.metrics import METRICS, register_metric, unregister_metric
@@ -136,7 +136,7 @@ def test_a_run_folder_reports_the_rate_slo(send_rate: ModuleType, tmp_path: Path
     exit code follows it, from a run folder written as the runner writes one."""
     from tests.support.synthetic import scenario_document, write_run_folder
     from vllm_slo.reports.run_report import render_run
-    from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+    from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 
     rows = []
     for k in range(int(WINDOW_S * SENT_PER_S)):

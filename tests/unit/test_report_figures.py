@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from test_report_outputs import make_run, synthesis
 
-from vllm_slo.reports.analysis.run_metrics import run_series
-from vllm_slo.reports.analysis.server_metrics import build_server_series
+from vllm_slo.analysis.run_metrics import run_series
+from vllm_slo.analysis.server_metrics import build_server_series
 from vllm_slo.reports.render.figures import (
     MAX_ECDF_POINTS,
     MAX_SCATTER_POINTS,
@@ -28,7 +28,7 @@ from vllm_slo.reports.render.figures import (
 )
 from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.run_report import read_server_metrics, render_run
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 
 T0 = 1_800_000_000.0
 
@@ -189,7 +189,7 @@ def test_every_figure_of_the_view_is_placed_once(tmp_path) -> None:
 
 
 def test_load_rows_from_the_traffic_facts() -> None:
-    from vllm_slo.reports.analysis.summary import TrafficFacts
+    from vllm_slo.analysis.summary import TrafficFacts
     from vllm_slo.reports.render.html import load_rows
 
     traffic = TrafficFacts(
@@ -212,7 +212,7 @@ def test_load_rows_from_the_traffic_facts() -> None:
 
 
 def test_run_prefix_cache_hit_rate_from_counter_increments() -> None:
-    from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
+    from vllm_slo.analysis.server_metrics import run_prefix_cache_hit_rate
 
     def scrape_at(t: float, queries: float, hits: float) -> dict:
         return {"unix_s": T0 + t, "values": {

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support import synthetic as synthesis
 from vllm_slo.reports.run_report import render_run
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("VLLM_SLO_UPDATE_GOLDEN") == "1"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import synthetic as synthesis
-from vllm_slo.reports.redaction import REDACTED, redact_secrets, redact_text
+from vllm_slo.redaction import REDACTED, redact_secrets, redact_text
 from vllm_slo.reports.render.html import script_json
 from vllm_slo.reports.run_report import render_run
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from vllm_slo.scenarios.run_files import STATUS_FILE
-from vllm_slo.scenarios.run_status import RunStatus
+from vllm_slo.run_folder.run_files import STATUS_FILE
+from vllm_slo.run_folder.run_status import RunStatus
 
 
 def test_the_status_a_run_builds_is_the_status_read_back(tmp_path: Path) -> None:

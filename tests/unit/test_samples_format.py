@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vllm_slo.reports.samples import conform, load_samples, read_streams
-from vllm_slo.scenarios.samples_format import (
+from vllm_slo.run_folder.samples_format import (
     OFFSETS_COLUMN,
     SAMPLE_SCHEMA,
     SAMPLES_FILE,

@@ -20,12 +20,12 @@ import yaml
 from tests.support.synthetic import EXPERIMENT_OVERRIDES, write_synthetic_trial
 from tests.support.synthetic import write_synthetic_experiment as experiment
 from vllm_slo import cli
-from vllm_slo.reports.analysis.comparison import gate_values
-from vllm_slo.reports.analysis.statistics import Verdict
-from vllm_slo.reports.analysis.trial_statistics import non_inferiority
+from vllm_slo.analysis.comparison import gate_values
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.loader import load_scenario
+from vllm_slo.stats.statistics import Verdict
+from vllm_slo.stats.trial_statistics import non_inferiority
 
 BENCH = Path(__file__).resolve().parent / "data" / "vllm_bench"
 
@@ -407,7 +407,7 @@ def test_no_pass_word_without_an_slo(tmp_path: Path) -> None:
 def test_instance_of_a_trial_from_its_provenance(runs) -> None:
     """Launched: pid and start time (a fresh process per trial); attached: the label, else the
     URL without userinfo; imported: the label; not recorded: None (an instance of its own)."""
-    from vllm_slo.reports.analysis.trials import instance_key
+    from vllm_slo.analysis.trials import instance_key
     from vllm_slo.reports.trial_folders import load_trial
     trial = load_trial(runs[0])
     assert instance_key(trial) is None  # the synthetic folder records no instance

@@ -4,7 +4,7 @@ not see: YAML flow mappings in overrides, and known values echoed by the server.
 from __future__ import annotations
 
 from vllm_slo.loadtests.tokens import ServerTokenCounter
-from vllm_slo.reports.redaction import redact_secrets, redact_values, spec_secret_values
+from vllm_slo.redaction import redact_secrets, redact_values, spec_secret_values
 
 
 def test_flow_mapping_overrides_lose_their_secret_values_only() -> None:

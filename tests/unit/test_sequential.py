@@ -1,4 +1,4 @@
-"""The sequential trial decision (reports/analysis/sequential.py): the tests' known values, the
+"""The sequential trial decision (vllm_slo/stats/sequential.py): the tests' known values, the
 spending and its boundaries, the reduction to the fixed design, the design check, sticky
 decisions, degenerate inputs, and a small calibration against tests/support/trial_simulation."""
 
@@ -19,8 +19,8 @@ from tests.support.trial_simulation import (
     run_sequential,
     simulate,
 )
-from vllm_slo.reports.analysis.comparison import min_trials_for_family
-from vllm_slo.reports.analysis.sequential import (
+from vllm_slo.analysis.comparison import min_trials_for_family
+from vllm_slo.stats.sequential import (
     SequentialDesign,
     all_decided,
     alpha_spent,
@@ -32,7 +32,7 @@ from vllm_slo.reports.analysis.sequential import (
     spending,
     welch_log_tests,
 )
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.stats.trial_statistics import (
     compare_trials,
     holm_adjust,
     welch_log_ratio,

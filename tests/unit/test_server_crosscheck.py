@@ -1,4 +1,4 @@
-"""vLLM's own TTFT / ITL histograms against the client's rows (reports/analysis/
+"""vLLM's own TTFT / ITL histograms against the client's rows (vllm_slo/analysis/
 server_crosscheck.py): agreement, each flag, and when no comparison is made. The scrape values
 are in the form server_metrics.jsonl keeps (`_sum` / `_count` per label set); the family
 names are checked against a real vLLM CPU /metrics (tests/unit/data/vllm_metrics.txt)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from vllm_slo.reports.analysis.server_crosscheck import (
+from vllm_slo.analysis.server_crosscheck import (
     ITL_HISTOGRAM,
     TTFT_HISTOGRAM,
     latency_crosscheck,

@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from tests.support import synthetic as synthesis
 from tests.unit.test_client_health import records_over
-from vllm_slo.reports.analysis.client_health import client_health
+from vllm_slo.analysis.client_health import client_health
 from vllm_slo.reports.run_report import render_run
-from vllm_slo.scenarios.samples_format import SAMPLES_DIR
+from vllm_slo.run_folder.samples_format import SAMPLES_DIR
 
 T0 = 1_800_000_000.0
 USERS = 4

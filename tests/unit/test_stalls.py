@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 
 from tests.support.synthetic import complete_columns, scenario_document, write_run_folder
-from vllm_slo.reports.analysis.outages import (
+from vllm_slo.analysis.outages import (
     MIN_STALL_S,
     find_stalls,
     stall_threshold_s,
     table_spans,
     table_stalls,
 )
-from vllm_slo.reports.analysis.run_metrics import run_series
+from vllm_slo.analysis.run_metrics import run_series
 from vllm_slo.reports.run_report import load_run
 
 RUN_START_S = 1_800_000_000.0

@@ -14,10 +14,10 @@ import pytest
 from scipy import stats
 
 from tests.support.stats_simulation import stationary_ar1 as ar1
-from vllm_slo.reports.analysis import effective_size, inputs, trial_planning, trial_statistics
-from vllm_slo.reports.analysis import statistics as st
-from vllm_slo.reports.analysis.effective_size import effective_sample_size, lag1_autocorrelation
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.stats import effective_size, inputs, sequential, trial_planning, trial_statistics
+from vllm_slo.stats import statistics as st
+from vllm_slo.stats.effective_size import effective_sample_size, lag1_autocorrelation
+from vllm_slo.stats.statistics import (
     Estimate,
     Verdict,
     across_trials_estimate,
@@ -28,8 +28,8 @@ from vllm_slo.reports.analysis.statistics import (
     rate_estimate,
     slo_verdict,
 )
-from vllm_slo.reports.analysis.trial_planning import trials_needed
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.stats.trial_planning import trials_needed
+from vllm_slo.stats.trial_statistics import (
     Comparison,
     compare_trials,
     hodges_lehmann,
@@ -58,7 +58,8 @@ def test_results_are_frozen_slotted_dataclasses() -> None:
     assert Verdict.PASS == "PASS" and Verdict("INCONCLUSIVE") is Verdict.INCONCLUSIVE
 
 
-@pytest.mark.parametrize("module", [inputs, effective_size, st, trial_statistics, trial_planning])
+@pytest.mark.parametrize("module", [inputs, effective_size, st, trial_statistics, trial_planning,
+                                    sequential])
 def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
     tree = ast.parse(Path(module.__file__).read_text())
     called = {node.func.id for node in ast.walk(tree)
@@ -73,7 +74,7 @@ def test_module_is_pure_no_io_printing_or_plotting(module: object) -> None:
                      and node.module.startswith("vllm_slo")}
     assert imported <= {"__future__", "math", "collections", "dataclasses", "enum", "functools",
                         "typing", "numpy", "scipy", "vllm_slo"}
-    assert imported_here <= {f"vllm_slo.reports.analysis.{name}" for name in
+    assert imported_here <= {f"vllm_slo.stats.{name}" for name in
                              ("inputs", "effective_size", "statistics", "trial_statistics")}
 
 
@@ -683,7 +684,7 @@ def test_identical_trials_give_no_point_interval() -> None:
 def test_trials_for_gate_reaches_its_power_in_simulation() -> None:
     """The planned trial count makes the gate PASS about `power` of the time at ratio 1, and
     one trial fewer does not."""
-    from vllm_slo.reports.analysis.trial_planning import trials_for_gate
+    from vllm_slo.stats.trial_planning import trials_for_gate
 
     cv, margin = 0.05, 0.10
     k = trials_for_gate(cv, margin)
@@ -708,7 +709,7 @@ def test_trials_for_gate_reaches_its_power_in_simulation() -> None:
 def test_mean_of_nonnegative_values_never_has_a_negative_bound() -> None:
     """An outage mid-run (token bins collapsing to 0) once printed a throughput interval of
     [-236.8, 578.1] tok/s."""
-    from vllm_slo.reports.analysis.statistics import mean_estimate
+    from vllm_slo.stats.statistics import mean_estimate
 
     bins = np.array([600.0] * 6 + [0.0] * 12)
     estimate = mean_estimate(bins)

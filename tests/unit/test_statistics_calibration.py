@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import stats_simulation as calibration
-from vllm_slo.reports.analysis.statistics import SECTIONING_METHOD, percentile_estimate
-from vllm_slo.reports.analysis.trial_statistics import min_p_value_mann_whitney
+from vllm_slo.stats.statistics import SECTIONING_METHOD, percentile_estimate
+from vllm_slo.stats.trial_statistics import min_p_value_mann_whitney
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_simulated_series_have_the_intended_autocorrelation() -> None:
     import numpy as np
 
-    from vllm_slo.reports.analysis.effective_size import lag1_autocorrelation
+    from vllm_slo.stats.effective_size import lag1_autocorrelation
 
     rng = np.random.default_rng(0)
     z = calibration.ar1_standard(np.array([0.5, 0.9]), 200_000, rng)

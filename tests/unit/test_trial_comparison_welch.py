@@ -14,18 +14,18 @@ from scipy import stats
 
 from tests.support.synthetic import write_synthetic_experiment as experiment
 from vllm_slo import cli
-from vllm_slo.reports.analysis.comparison import format_change
-from vllm_slo.reports.analysis.sequential import SequentialDesign, decide_cells
-from vllm_slo.reports.analysis.trial_planning import trials_needed
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.analysis.comparison import format_change
+from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.stats.sequential import SequentialDesign, decide_cells
+from vllm_slo.stats.trial_planning import trials_needed
+from vllm_slo.stats.trial_statistics import (
     compare_trials,
     welch_log_p,
     welch_log_ratio,
     with_holm,
 )
-from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run
-from vllm_slo.scenarios.errors import ExitCode
 
 # the H200 eager A/B's per-trial values (issue 24): CUDA graphs vs eager, 4 + 4 fresh servers
 GRAPHS_TPOT_S = np.array([2.7, 4.0, 3.8, 4.1]) / 1000
@@ -203,7 +203,7 @@ def test_an_error_rate_of_zero_falls_back_and_its_warning_says_whose_limit(
     """A sequential welch-log experiment comparing TTFT and an error rate that is 0 in every
     trial: the error-rate cell is the rank test's (3 vs 3 over 2 cells can never be
     significant), TTFT is Welch's and significant; the closing warning names the fallback."""
-    from vllm_slo.scenarios.run_files import STOPPING_FILE
+    from vllm_slo.run_folder.run_files import STOPPING_FILE
 
     run = experiment(tmp_path / "seq", {"a": 0.05, "b": 0.10}, trials=3, noise=0.05,
                      scenario_patch={"trials": {"min": 3, "max": 6},

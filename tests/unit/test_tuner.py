@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from vllm_slo import tuner
-from vllm_slo.reports.analysis.tuning import CandidateResult
+from vllm_slo.analysis.tuning import CandidateResult
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 
@@ -292,7 +292,7 @@ def _tune_folder(tmp_path: Path, document: dict) -> Path:
     """A tune folder as run_tune writes it: tune.yaml through the redaction."""
     import yaml
 
-    from vllm_slo.reports.redaction import redact_secrets
+    from vllm_slo.redaction import redact_secrets
 
     run_dir = tmp_path / "tune"
     run_dir.mkdir()

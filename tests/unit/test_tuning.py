@@ -1,4 +1,4 @@
-"""The tune's decisions (reports/analysis/tuning.py) and its outputs (reports/tune_report.py)
+"""The tune's decisions (vllm_slo/analysis/tuning.py) and its outputs (reports/tune_report.py)
 on made-up candidate results: grid order, search values and stops, the ranking's significance,
 the Pareto front, the recommendation and the exit code; the tune section's validation."""
 
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from vllm_slo.reports.analysis.trial_statistics import compare_trials
-from vllm_slo.reports.analysis.tune_summary import TuneResult
-from vllm_slo.reports.analysis.tuning import (
+from vllm_slo.analysis.tune_summary import TuneResult
+from vllm_slo.analysis.tuning import (
     GIVEN_ORIGIN,
     CandidateResult,
     gain_over_given,
@@ -30,6 +29,7 @@ from vllm_slo.reports.analysis.tuning import (
 )
 from vllm_slo.reports.tune_report import build_tune, write_tune
 from vllm_slo.scenarios.model import Scenario, SearchSpec
+from vllm_slo.stats.trial_statistics import compare_trials
 
 TUNE_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /
                           "tune.schema.json").read_text())

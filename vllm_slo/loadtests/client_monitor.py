@@ -17,7 +17,7 @@ process, imported by the locustfiles only (it runs greenlets).
 
 Once a second `record()` returns the second's numbers as one JSON-ready dict, appended as a
 line to `samples/client-<host>-<pid>.jsonl` (vllm_slo/reports/client_records.py reads it back;
-reports/analysis/client_health.py judges it). Loop-lag samples of the second are also kept as
+vllm_slo/analysis/client_health.py judges it). Loop-lag samples of the second are also kept as
 a sparse quarter-octave histogram (`loop_lag_hist`: bucket -> count) so a run's percentiles
 are pooled exactly up to the bucket width (19%), not averaged from per-second percentiles.
 """

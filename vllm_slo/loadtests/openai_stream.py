@@ -39,7 +39,7 @@ class RequestOutcome:
     output_tokens: int | None
     prompt_tokens: int | None
     finish_reason: str | None
-    status: str = "ok"  # one of scenarios.samples_format.REQUEST_STATUSES
+    status: str = "ok"  # one of run_folder.samples_format.REQUEST_STATUSES
     retry_after_s: float | None = None  # an HTTP error's Retry-After, in seconds from its end
     # tokens each chunk of content_chunk_perf_s carried (per-chunk usage); None: not sent
     chunk_tokens: tuple[int, ...] | None = None

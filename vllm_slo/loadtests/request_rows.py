@@ -1,4 +1,4 @@
-"""One request's row (the `scenarios.samples_format` schema) from its measured outcome.
+"""One request's row (the `run_folder.samples_format` schema) from its measured outcome.
 
 Pure: the Locust user hands over what it knows (plan entry, user, times on both clocks) and
 gets the dict the sample writer appends. Latencies count from the intended send time (open

@@ -42,11 +42,11 @@ from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.loadtests.wall_clock import WallClock
-from vllm_slo.scenarios.locust_config import LocustConfig
+from vllm_slo.run_folder.locust_config import LocustConfig
+from vllm_slo.run_folder.run_files import PLAN_FILE
+from vllm_slo.run_folder.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.plugins import load_plugins
-from vllm_slo.scenarios.run_files import PLAN_FILE
-from vllm_slo.scenarios.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.transport.http_stream import HttpStreamClient
 
 if TYPE_CHECKING:

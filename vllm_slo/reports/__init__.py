@@ -1,3 +1,3 @@
-"""From rows on disk to verdicts and pages: `analysis` (pure, typed) computes, `render` lays
-out, `run_report` / `experiment_report` rebuild a run folder's outputs. Imports only
-`scenarios`."""
+"""From run folders to pages: `render` lays out (text, HTML, JUnit, Markdown), `run_report` /
+`experiment_report` / `tune_report` rebuild a folder's outputs, `samples` and `trial_folders`
+read folders back. Computes nothing itself: that is `vllm_slo.analysis` and `vllm_slo.stats`."""

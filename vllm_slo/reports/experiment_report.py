@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from vllm_slo.reports.analysis.comparison import Group
-from vllm_slo.reports.analysis.experiment_design import StopReason
-from vllm_slo.reports.analysis.experiment_summary import (
+from vllm_slo.analysis.comparison import Group
+from vllm_slo.analysis.experiment_design import StopReason
+from vllm_slo.analysis.experiment_summary import (
     ExperimentSummary,
     Stopping,
     build_experiment_summary,
@@ -35,7 +35,7 @@ from vllm_slo.reports.render.experiment_text import (
 from vllm_slo.reports.render.markdown import append_step_summary
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.reports.trial_folders import collect_trials, naming, read_scenario
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.run_files import (
     JUNIT_FILE,
     REPORT_FILE,
     STOPPING_FILE,

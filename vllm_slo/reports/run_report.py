@@ -20,34 +20,34 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import ValidationError
 
-from vllm_slo.reports.analysis.client_health import client_health
-from vllm_slo.reports.analysis.outages import table_outages, table_stalls
-from vllm_slo.reports.analysis.prefix_cache import (
+from vllm_slo.analysis.client_health import client_health
+from vllm_slo.analysis.outages import table_outages, table_stalls
+from vllm_slo.analysis.prefix_cache import (
     PrefixCacheCheck,
     check_prefix_cache,
     window_counters,
 )
-from vllm_slo.reports.analysis.run_metrics import (
+from vllm_slo.analysis.run_metrics import (
     RunSeries,
     measured_adapters,
     run_parts,
     run_series,
     summarize,
 )
-from vllm_slo.reports.analysis.server_crosscheck import latency_crosscheck
-from vllm_slo.reports.analysis.server_metrics import run_prefix_cache_hit_rate
-from vllm_slo.reports.analysis.summary import (
+from vllm_slo.analysis.server_crosscheck import latency_crosscheck
+from vllm_slo.analysis.server_metrics import run_prefix_cache_hit_rate
+from vllm_slo.analysis.summary import (
     RunSummaryDocument,
     build_summary,
     client_cpu_summary,
 )
-from vllm_slo.reports.analysis.verdicts import (
+from vllm_slo.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
     goodput,
     invalid_measurement_reasons,
 )
-from vllm_slo.reports.analysis.warmup_sizing import is_unsized, size_rules, unsized_result
+from vllm_slo.analysis.warmup_sizing import is_unsized, size_rules, unsized_result
 from vllm_slo.reports.client_records import read_client_records
 from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.reports.render.html import build_view, render_html
@@ -55,12 +55,8 @@ from vllm_slo.reports.render.junit import render_junit
 from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
 from vllm_slo.reports.render.text import render_table
 from vllm_slo.reports.samples import client_cpu_fractions, read_samples
-from vllm_slo.scenarios.errors import ScenarioError
-from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
-from vllm_slo.scenarios.model import Scenario, TrafficSpec
-from vllm_slo.scenarios.plugins import unregistered_hint
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import (
     JUNIT_FILE,
     PROVENANCE_FILE,
     REPORT_FILE,
@@ -70,8 +66,12 @@ from vllm_slo.scenarios.run_files import (
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
-from vllm_slo.scenarios.run_status import RunStatus
-from vllm_slo.scenarios.samples_format import SAMPLES_FILE
+from vllm_slo.run_folder.run_status import RunStatus
+from vllm_slo.run_folder.samples_format import SAMPLES_FILE
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
+from vllm_slo.scenarios.model import Scenario, TrafficSpec
+from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.slo import ADAPTER_PART
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"

@@ -1,4 +1,4 @@
-"""Samples on disk, read back: the per-process streams (format: `scenarios.samples_format`)
+"""Samples on disk, read back: the per-process streams (format: `run_folder.samples_format`)
 consolidated into `samples.parquet` (pandas/polars read it directly), older files conformed to
 the current schema, and the load generator's own CPU records."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vllm_slo.scenarios.errors import ScenarioError
-from vllm_slo.scenarios.samples_format import (
+from vllm_slo.run_folder.samples_format import (
     ROW_ORDER,
     SAMPLE_SCHEMA,
     SAMPLES_DIR,
     SAMPLES_FILE,
     read_stream_tolerant,
 )
+from vllm_slo.scenarios.errors import ScenarioError
 
 
 def client_cpu_fractions(run_dir: Path) -> list[float]:

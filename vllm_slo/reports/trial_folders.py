@@ -12,21 +12,21 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 
-from vllm_slo.reports.analysis.run_metrics import run_parts, run_series
-from vllm_slo.reports.analysis.trials import Trial, TrialOutcome
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.analysis.run_metrics import run_parts, run_series
+from vllm_slo.analysis.trials import Trial, TrialOutcome
+from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.samples import load_samples
-from vllm_slo.scenarios.errors import ScenarioError
-from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.plugins import unregistered_hint
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import (
     PROVENANCE_FILE,
     SCENARIO_FILE,
     SUMMARY_FILE,
     TRIALS_DIR,
 )
-from vllm_slo.scenarios.samples_format import SAMPLES_FILE
+from vllm_slo.run_folder.samples_format import SAMPLES_FILE
+from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.plugins import unregistered_hint
 
 #: a trial folder's name: `NNN-<variant>-<k>` (experiment_runner.trial_folder_name); anything
 #: else under trials/ (a `compare-<UTC>` folder someone wrote there, notes) is not a trial

@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 
-from vllm_slo.reports.analysis.tune_summary import TuneResult, build_tune_summary
+from vllm_slo.analysis.tune_summary import TuneResult, build_tune_summary
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.render.tune_html import TuneView, build_tune_view, render_tune_html
 from vllm_slo.reports.render.tune_text import render_tune_text
 from vllm_slo.reports.run_report import RenderedRun
-from vllm_slo.scenarios.run_files import (
+from vllm_slo.run_folder.run_files import (
     RECOMMENDED_COMMAND_FILE,
     RECOMMENDED_CONFIG_FILE,
     SCENARIO_FILE,

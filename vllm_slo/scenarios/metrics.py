@@ -10,7 +10,7 @@ per cell: the cell an SLO rule reads (`SloRule.cell`) is the one `compare.cells`
 Pure: no I/O, no imports from other layers.
 
 Each entry names its *sample source*, a function of the run's measured series (`MeasuredRun`,
-which `reports.analysis.run_metrics.RunSeries` is): a rate over data a run already holds is
+which `vllm_slo.analysis.run_metrics.RunSeries` is): a rate over data a run already holds is
 one `register_metric(Metric(...))` call in one module, and is at once an `slo:` key, a cell
 of `compare.cells` and trials, a verdict and a line of the reports (tests/support/send_rate.py
 is such a module).
@@ -49,7 +49,7 @@ def format_per_second(value: float) -> str:
 
 class MeasuredRun(Protocol):
     """What a metric's sample source reads: one run's (or one part's) measured series, as
-    `reports.analysis.run_metrics.RunSeries` holds it (mypy checks that it is one; durations
+    `vllm_slo.analysis.run_metrics.RunSeries` holds it (mypy checks that it is one; durations
     in seconds, Unix times in seconds, rates per second in each bin of the rate span)."""
 
     @property

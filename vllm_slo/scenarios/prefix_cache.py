@@ -8,7 +8,7 @@ optionally, a hit rate the prompts are shaped to and the run checks against vLLM
         tolerance: 0.1           # |achieved - target| above it: the run is flagged (exit 4)
         phases: warm             # cold: flush, measure | warm: flush, prime, measure | keep
 
-The shaping is `loadtests/prefix_shaping.py`, the check `reports/analysis/prefix_cache.py`;
+The shaping is `loadtests/prefix_shaping.py`, the check `vllm_slo/analysis/prefix_cache.py`;
 docs/traffic.md "Prefix-cache control" says what the numbers mean.
 """
 

@@ -37,7 +37,7 @@ class SloRule:
     """One SLO: `statistic(metric) comparator threshold`, threshold in SI units.
 
     A latency rule may be sized from the run's warm-up (`p95 < 3x warmup`): `warmup_factor`
-    is set and `threshold` is NaN until `reports.analysis.warmup_sizing` sizes it from the
+    is set and `threshold` is NaN until `vllm_slo.analysis.warmup_sizing` sizes it from the
     warm-up rows (factor × the warm-up's own statistic). A rule is identified by what was
     written (metric, statistic, comparator, text, part), so a sized rule equals its source."""
 

@@ -22,15 +22,15 @@ from typing import Any
 import yaml
 
 from vllm_slo.experiment_runner import trial_folder_name
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.reports.redaction import redact_secrets
 from vllm_slo.reports.render.text import exit_code_line
 from vllm_slo.reports.run_report import render_run
+from vllm_slo.run_folder.run_files import SCENARIO_FILE, TRIALS_DIR
 from vllm_slo.saved_runs import CommandResult
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import SCENARIO_FILE, TRIALS_DIR
 from vllm_slo.vllm_bench.records import BenchRecord, parse_record, read_records
 from vllm_slo.vllm_bench.rows import LATENCY_FROM
 from vllm_slo.vllm_bench.run_folder import SCENARIO_NAME, ImportedRun, write_run

@@ -1,5 +1,5 @@
-"""A record's requests as rows (`vllm_slo/scenarios/samples_format.py`), one per request, all in the
-`measure` phase:
+"""A record's requests as rows (`vllm_slo/run_folder/samples_format.py`), one per request, all
+in the `measure` phase:
 - open loop (finite `request_rate`): intended send = when the pacing released the request
   (`start_time - queue_time`), so time spent waiting for a `--max-concurrency` slot counts in
   TTFT and E2E (the suite's coordinated-omission-safe definition; vLLM bench's own TTFT starts
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from vllm_slo.scenarios.samples_format import SAMPLE_SCHEMA
+from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.vllm_bench.records import CHAT_BACKENDS, ParsedBench, is_number
 
 LATENCY_FROM = ("arrival", "send")
@@ -122,7 +122,7 @@ def _failure(error: str) -> tuple[int, str]:
 
 
 def _status_word(ok: bool, code: int, error: str | None) -> str:
-    """The suite's request status (scenarios.samples_format.REQUEST_STATUSES) for a row."""
+    """The suite's request status (run_folder.samples_format.REQUEST_STATUSES) for a row."""
     if ok:
         return "ok"
     if error == NO_CONTENT:

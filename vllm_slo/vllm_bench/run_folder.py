@@ -20,13 +20,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.run_files import SCENARIO_FILE
+from vllm_slo.run_folder.run_status import RunStatus
+from vllm_slo.run_folder.samples_format import SAMPLES_FILE
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.provenance import Provenance
-from vllm_slo.scenarios.run_files import SCENARIO_FILE
-from vllm_slo.scenarios.run_status import RunStatus
-from vllm_slo.scenarios.samples_format import SAMPLES_FILE
 from vllm_slo.vllm_bench.records import BenchRecord, ParsedBench, parse_record
 from vllm_slo.vllm_bench.rows import Rows, build_rows
 

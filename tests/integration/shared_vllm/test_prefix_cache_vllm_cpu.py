@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import HEALTH_BOUNDS_OFF, requires_vllm, run_cli
-from vllm_slo.reports.analysis.prefix_cache import WARNING_NAME
+from vllm_slo.analysis.prefix_cache import WARNING_NAME
 from vllm_slo.servers.vllm_server import VllmServer
 
 pytestmark = [pytest.mark.integration, requires_vllm]

@@ -18,13 +18,13 @@ The experiment's text goes into `<system-out>`.
 
 from __future__ import annotations
 
-from vllm_slo.reports.analysis.experiment_summary import (
+from vllm_slo.analysis.experiment_summary import (
     CellComparisonEntry,
     ComparisonEntry,
     ExperimentSummary,
 )
-from vllm_slo.reports.analysis.summary import SloEntry
-from vllm_slo.reports.redaction import redact_text
+from vllm_slo.analysis.summary import SloEntry
+from vllm_slo.redaction import redact_text
 from vllm_slo.reports.render.junit import JunitSuite, _sub
 from vllm_slo.reports.render.markdown import cell as md_cell
 from vllm_slo.reports.render.markdown import escape

@@ -18,20 +18,20 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from vllm_slo.reports.analysis.comparison import (
+from vllm_slo.analysis.comparison import (
     TABLE_LEGEND,
     TEST_TEXT,
     format_estimate,
     format_level,
     trial_values_text,
 )
-from vllm_slo.reports.analysis.experiment_summary import (
+from vllm_slo.analysis.experiment_summary import (
     CellComparisonEntry,
     ExperimentSummary,
     VariantEntry,
 )
-from vllm_slo.reports.analysis.run_metrics import RunSeries
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import (
     cell_axis,
     colour,
@@ -50,7 +50,7 @@ from vllm_slo.reports.render.text import (
     slo_name,
     verdict_counts,
 )
-from vllm_slo.scenarios.run_files import REPORT_FILE, TRIALS_DIR
+from vllm_slo.run_folder.run_files import REPORT_FILE, TRIALS_DIR
 
 
 @dataclass(frozen=True, slots=True)

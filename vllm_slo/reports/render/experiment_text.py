@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from vllm_slo.reports.analysis.comparison import format_estimate, trial_values_text
-from vllm_slo.reports.analysis.experiment_summary import (
+from vllm_slo.analysis.comparison import format_estimate, trial_values_text
+from vllm_slo.analysis.experiment_summary import (
     ExperimentSummary,
     PlanEntry,
     VariantEntry,

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
-from vllm_slo.reports.analysis.run_metrics import RunSeries
-from vllm_slo.reports.analysis.server_metrics import ServerSeries
+from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.analysis.server_metrics import ServerSeries
 from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS, MetricKind, parse_cell
 
 MAX_ECDF_POINTS = 1000

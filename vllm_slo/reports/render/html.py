@@ -26,12 +26,12 @@ import pyarrow.compute as pc
 import yaml
 from markupsafe import Markup
 
-from vllm_slo.reports.analysis.chunk_tokens import StreamFacts
-from vllm_slo.reports.analysis.client_health import ClientHealth
-from vllm_slo.reports.analysis.run_metrics import RunSeries, failure_kinds
-from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
-from vllm_slo.reports.analysis.server_metrics import build_server_series
-from vllm_slo.reports.analysis.summary import (
+from vllm_slo.analysis.chunk_tokens import StreamFacts
+from vllm_slo.analysis.client_health import ClientHealth
+from vllm_slo.analysis.run_metrics import RunSeries, failure_kinds
+from vllm_slo.analysis.server_crosscheck import LatencyCrosscheck
+from vllm_slo.analysis.server_metrics import build_server_series
+from vllm_slo.analysis.summary import (
     MetricEntry,
     ProfileEntry,
     ReportedEstimate,
@@ -40,7 +40,7 @@ from vllm_slo.reports.analysis.summary import (
     SloEntry,
     TrafficFacts,
 )
-from vllm_slo.reports.redaction import redact_secrets, redact_text
+from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.figures import (
     build_health,
     build_timeline,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from vllm_slo.reports.analysis.summary import RunSummaryDocument, SloEntry
-from vllm_slo.reports.redaction import redact_text
+from vllm_slo.analysis.summary import RunSummaryDocument, SloEntry
+from vllm_slo.redaction import redact_text
 from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,

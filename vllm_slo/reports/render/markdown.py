@@ -12,8 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from vllm_slo.reports.analysis.summary import RunSummaryDocument
-from vllm_slo.reports.redaction import redact_text
+from vllm_slo.analysis.summary import RunSummaryDocument
+from vllm_slo.redaction import redact_text
 from vllm_slo.reports.render.text import (
     OPEN_FOOTNOTE,
     client_line,

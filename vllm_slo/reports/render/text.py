@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from vllm_slo.reports.analysis.statistics import SECTIONING_METHOD
-from vllm_slo.reports.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
-from vllm_slo.reports.analysis.trial_planning import MAX_TRIALS_PER_VARIANT
-from vllm_slo.reports.analysis.verdicts import VerdictScope
+from vllm_slo.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
+from vllm_slo.analysis.verdicts import VerdictScope
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.metrics import METRICS, format_per_second
 from vllm_slo.scenarios.units import format_duration_s
+from vllm_slo.stats.statistics import SECTIONING_METHOD
+from vllm_slo.stats.trial_planning import MAX_TRIALS_PER_VARIANT
 
 OUTCOMES = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE", 4: "INVALID"}
 Formatter = Callable[[float], str]

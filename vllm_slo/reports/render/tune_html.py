@@ -8,19 +8,19 @@ from dataclasses import dataclass
 
 import yaml
 
-from vllm_slo.reports.analysis.comparison import format_cell_value
-from vllm_slo.reports.analysis.tune_summary import (
+from vllm_slo.analysis.comparison import format_cell_value
+from vllm_slo.analysis.tune_summary import (
     TuneSummary,
     args_text,
     gain_text,
     versus_text,
 )
-from vllm_slo.reports.analysis.tuning import median_or_nan
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.analysis.tuning import median_or_nan
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.render.figures import pareto_figure
 from vllm_slo.reports.render.html import FigureView, render_template
 from vllm_slo.reports.render.plotly_bundle import plotly_js
-from vllm_slo.scenarios.run_files import REPORT_FILE
+from vllm_slo.run_folder.run_files import REPORT_FILE
 
 OBJECTIVE_NAMES = {"goodput": "goodput (requests/s meeting every per-request latency SLO)",
                    "output_throughput": "output tokens/s",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vllm_slo.reports.analysis.tune_summary import TuneSummary, gain_text
-from vllm_slo.reports.redaction import redact_text
+from vllm_slo.analysis.tune_summary import TuneSummary, gain_text
+from vllm_slo.redaction import redact_text
 from vllm_slo.reports.render.tune_html import headline, rank_rows, search_rows
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_slo.scenarios.run_files import STATUS_FILE
+from vllm_slo.run_folder.run_files import STATUS_FILE
 
 
 class RunStatus(BaseModel):

@@ -24,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vllm_slo.reports.analysis.run_metrics import RunSeries, run_series
-from vllm_slo.reports.analysis.statistics import Estimate, Verdict
-from vllm_slo.reports.analysis.verdicts import SloResult
+from vllm_slo.analysis.run_metrics import RunSeries, run_series
+from vllm_slo.analysis.verdicts import SloResult
 from vllm_slo.scenarios.metrics import metric_named
 from vllm_slo.scenarios.slo import SloRule, part_column
+from vllm_slo.stats.statistics import Estimate, Verdict
 
 FEW_WARMUP_SAMPLES = 20  # a baseline from fewer samples is said to be rough
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.reports.analysis.run_metrics import RunSeries
-from vllm_slo.reports.analysis.summary import SloEntry
+from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.analysis.summary import SloEntry
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell, split_cell
 from vllm_slo.scenarios.model import Scenario
 

@@ -21,11 +21,11 @@ from enum import Enum
 import numpy as np
 from scipy import special, stats
 
-from vllm_slo.reports.analysis.effective_size import (
+from vllm_slo.stats.effective_size import (
     capped_quantile_effective_size,
     effective_sample_size,
 )
-from vllm_slo.reports.analysis.inputs import (
+from vllm_slo.stats.inputs import (
     as_1d_float,
     check_confidence,
     drop_nan,

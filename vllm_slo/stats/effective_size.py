@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import fft as scipy_fft
 
-from vllm_slo.reports.analysis.inputs import as_1d_float
+from vllm_slo.stats.inputs import as_1d_float
 
 #: The autocorrelation of a tail indicator is estimated from the requests beyond the percentile;
 #: with fewer than this many of them the estimate is too noisy to trust on its own, so the tail

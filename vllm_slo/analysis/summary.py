@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.reports.analysis.chunk_tokens import StreamFacts
-from vllm_slo.reports.analysis.client_health import ClientHealth
-from vllm_slo.reports.analysis.prefix_cache import PrefixCacheCheck
-from vllm_slo.reports.analysis.run_metrics import RunSummary
-from vllm_slo.reports.analysis.server_crosscheck import LatencyCrosscheck
-from vllm_slo.reports.analysis.statistics import Estimate, Verdict
-from vllm_slo.reports.analysis.verdicts import SloResult, VerdictScope
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.analysis.chunk_tokens import StreamFacts
+from vllm_slo.analysis.client_health import ClientHealth
+from vllm_slo.analysis.prefix_cache import PrefixCacheCheck
+from vllm_slo.analysis.run_metrics import RunSummary
+from vllm_slo.analysis.server_crosscheck import LatencyCrosscheck
+from vllm_slo.analysis.verdicts import SloResult, VerdictScope
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import OPEN_LOOP_KINDS, Scenario
 from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.stats.statistics import Estimate, Verdict
 
 SUMMARY_SCHEMA_VERSION = 1
 

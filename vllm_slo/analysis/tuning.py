@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.analysis.trials import machines_text
+from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
+from vllm_slo.stats.trial_statistics import (
     Comparison,
     TrialTest,
     compare_trials,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import machines_text
-from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
 
 Args = Mapping[str, EngineArgValue]
 

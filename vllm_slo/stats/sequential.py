@@ -30,13 +30,13 @@ from typing import Literal
 import numpy as np
 from scipy import optimize, stats
 
-from vllm_slo.reports.analysis.inputs import check_alpha
-from vllm_slo.reports.analysis.statistics import Estimate
-from vllm_slo.reports.analysis.trial_statistics import (  # the tests' names: re-exported
+from vllm_slo.stats.inputs import check_alpha
+from vllm_slo.stats.statistics import Estimate
+from vllm_slo.stats.trial_statistics import (  # the tests' names: re-exported
     TRIAL_TESTS as TRIAL_TESTS,
 )
-from vllm_slo.reports.analysis.trial_statistics import TrialTest as TrialTest
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.stats.trial_statistics import TrialTest as TrialTest
+from vllm_slo.stats.trial_statistics import (
     below_alpha,
     hodges_lehmann,
     holm_adjust,

@@ -16,8 +16,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from vllm_slo.reports.analysis.inputs import as_1d_float, check_alpha, check_confidence, drop_nan
-from vllm_slo.reports.analysis.statistics import Estimate, Verdict
+from vllm_slo.stats.inputs import as_1d_float, check_alpha, check_confidence, drop_nan
+from vllm_slo.stats.statistics import Estimate, Verdict
 
 #: Exact Mann-Whitney null distributions are computed up to this many trials per side; beyond,
 #: the normal approximation is used (trial counts that large are rare and it is then accurate).

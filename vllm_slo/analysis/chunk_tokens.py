@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from vllm_slo.reports.analysis.chunk_times import list_values
+from vllm_slo.analysis.chunk_times import list_values
 
 
 @dataclass(frozen=True, slots=True)

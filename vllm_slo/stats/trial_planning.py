@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from vllm_slo.reports.analysis.inputs import check_alpha, check_confidence
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.stats.inputs import check_alpha, check_confidence
+from vllm_slo.stats.trial_statistics import (
     TrialTest,
     below_alpha,
     min_p_value_mann_whitney,

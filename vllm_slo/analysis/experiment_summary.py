@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from vllm_slo.reports.analysis.comparison import (
+from vllm_slo.analysis.comparison import (
     CellComparison,
     CellPlan,
     Group,
@@ -31,25 +31,25 @@ from vllm_slo.reports.analysis.comparison import (
     plan_trials,
     within_instance_warning,
 )
-from vllm_slo.reports.analysis.experiment_design import StopReason, sequential_design
-from vllm_slo.reports.analysis.run_metrics import RunSeries
-from vllm_slo.reports.analysis.sequential import (
+from vllm_slo.analysis.experiment_design import StopReason, sequential_design
+from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
+from vllm_slo.analysis.trials import Trial, gpu_set, machines_text, trial_cell_value
+from vllm_slo.analysis.verdicts import VerdictScope, choose_exit_code
+from vllm_slo.analysis.warmup_sizing import unsized_result
+from vllm_slo.redaction import redact_secrets
+from vllm_slo.scenarios.loader import resolve_variants
+from vllm_slo.scenarios.metrics import MetricKind, metric_named
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.stats.sequential import (
     CellDecision,
     CellDecisionWord,
     SequentialDesign,
     TrialTest,
     decide_cells,
 )
-from vllm_slo.reports.analysis.statistics import Estimate, Verdict, rate_estimate, slo_verdict
-from vllm_slo.reports.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
-from vllm_slo.reports.analysis.trials import Trial, gpu_set, machines_text, trial_cell_value
-from vllm_slo.reports.analysis.verdicts import VerdictScope, choose_exit_code
-from vllm_slo.reports.analysis.warmup_sizing import unsized_result
-from vllm_slo.reports.redaction import redact_secrets
-from vllm_slo.scenarios.loader import resolve_variants
-from vllm_slo.scenarios.metrics import MetricKind, metric_named
-from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.stats.statistics import Estimate, Verdict, rate_estimate, slo_verdict
 
 EXPERIMENT_SCHEMA_VERSION = 2  # 2: comparison intervals at the Holm-consistent level
 PROVENANCE_KEYS = ("model_id", "vllm_version", "platform", "seed", "max_model_len")

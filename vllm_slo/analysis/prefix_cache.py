@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.reports.analysis.server_metrics import (
+from vllm_slo.analysis.server_metrics import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     metric_per_scrape,

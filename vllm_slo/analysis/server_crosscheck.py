@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from vllm_slo.reports.analysis.chunk_times import list_values
-from vllm_slo.reports.analysis.client_health import float_column
-from vllm_slo.reports.analysis.server_metrics import metric_per_scrape, valid_scrapes
+from vllm_slo.analysis.chunk_times import list_values
+from vllm_slo.analysis.client_health import float_column
+from vllm_slo.analysis.server_metrics import metric_per_scrape, valid_scrapes
 
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_slo.reports.analysis.comparison import format_change_interval, format_ratio
-from vllm_slo.reports.analysis.tuning import (
+from vllm_slo.analysis.comparison import format_change_interval, format_ratio
+from vllm_slo.analysis.tuning import (
     CandidateResult,
     Gain,
     RankEntry,
@@ -24,10 +24,10 @@ from vllm_slo.reports.analysis.tuning import (
     pareto_front,
     rank_candidates,
 )
-from vllm_slo.reports.redaction import redact_secrets
+from vllm_slo.redaction import redact_secrets
+from vllm_slo.run_folder.run_files import RECOMMENDED_CONFIG_FILE
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.run_files import RECOMMENDED_CONFIG_FILE
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
 
 TUNE_SCHEMA_VERSION = 1

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from vllm_slo.scenarios.run_files import PROVENANCE_FILE
+from vllm_slo.run_folder.run_files import PROVENANCE_FILE
 
 Redact = Callable[[Any], Any]
 

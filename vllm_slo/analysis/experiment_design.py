@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from vllm_slo.reports.analysis.sequential import (
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.stats.sequential import (
     MAX_SEQUENTIAL_TRIALS,
     CellDecision,
     DesignCheck,
@@ -19,7 +20,6 @@ from vllm_slo.reports.analysis.sequential import (
     all_decided,
     check_design,
 )
-from vllm_slo.scenarios.model import Scenario
 
 StopReason = Literal["decided", "max_trials", "budget", "interrupted"]
 # a launched server's start-up (until ready) when no earlier run of the scenario measured one:

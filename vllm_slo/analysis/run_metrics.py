@@ -35,23 +35,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
-from vllm_slo.reports.analysis.chunk_times import gaps_in_arrival_order, tokens_by_arrival
-from vllm_slo.reports.analysis.chunk_tokens import (
+from vllm_slo.analysis.chunk_times import gaps_in_arrival_order, tokens_by_arrival
+from vllm_slo.analysis.chunk_tokens import (
     StreamFacts,
     stream_facts,
     token_gaps_in_arrival_order,
 )
-from vllm_slo.reports.analysis.effective_size import effective_sample_size
-from vllm_slo.reports.analysis.inputs import check_confidence
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.run_folder.samples_format import ROW_ORDER
+from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
+from vllm_slo.scenarios.slo import ADAPTER_PART
+from vllm_slo.stats.effective_size import effective_sample_size
+from vllm_slo.stats.inputs import check_confidence
+from vllm_slo.stats.statistics import (
     Estimate,
     mean_estimate,
     percentile_estimates,
     rate_estimate,
 )
-from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
-from vllm_slo.scenarios.samples_format import ROW_ORDER
-from vllm_slo.scenarios.slo import ADAPTER_PART
 
 REPORTED_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 
@@ -168,7 +168,7 @@ def error_kind(text: str) -> str:
 
 def failure_kinds(table: pa.Table, rows: np.ndarray) -> list[str]:
     """What became of each of these failed rows: its status (schema 3: one word of
-    scenarios.samples_format.REQUEST_STATUSES), else — rows written before statuses, imported
+    run_folder.samples_format.REQUEST_STATUSES), else — rows written before statuses, imported
     ones — the head of its error text."""
     take = pa.array(rows, type=pa.int64())
     errors = table.column("error").take(take).to_pylist()

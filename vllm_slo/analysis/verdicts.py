@@ -13,8 +13,11 @@ from typing import Protocol
 
 import numpy as np
 
-from vllm_slo.reports.analysis.run_metrics import RunSeries, RunSummary
-from vllm_slo.reports.analysis.statistics import (
+from vllm_slo.analysis.run_metrics import RunSeries, RunSummary
+from vllm_slo.scenarios.errors import ExitCode
+from vllm_slo.scenarios.metrics import PER_REQUEST_LATENCY_METRICS, MetricKind, metric_named
+from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.stats.statistics import (
     SECTIONING_METHOD,
     SECTIONS,
     Estimate,
@@ -25,9 +28,6 @@ from vllm_slo.reports.analysis.statistics import (
     quantile_effective_size,
     slo_verdict,
 )
-from vllm_slo.scenarios.errors import ExitCode
-from vllm_slo.scenarios.metrics import PER_REQUEST_LATENCY_METRICS, MetricKind, metric_named
-from vllm_slo.scenarios.slo import SloRule
 
 
 class VerdictScope(str, Enum):

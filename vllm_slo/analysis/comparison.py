@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vllm_slo.reports.analysis.statistics import Estimate, Verdict, across_trials_estimate
-from vllm_slo.reports.analysis.trial_planning import TrialPlan, trials_needed
-from vllm_slo.reports.analysis.trial_statistics import (
+from vllm_slo.analysis.trials import Trial, instance_key, trial_cell_value
+from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
+from vllm_slo.stats.statistics import Estimate, Verdict, across_trials_estimate
+from vllm_slo.stats.trial_planning import TrialPlan, trials_needed
+from vllm_slo.stats.trial_statistics import (
     Comparison,
     NonInferiority,
     TrialTest,
@@ -23,8 +25,6 @@ from vllm_slo.reports.analysis.trial_statistics import (
     smallest_adjusted_p,
     with_holm,
 )
-from vllm_slo.reports.analysis.trials import Trial, instance_key, trial_cell_value
-from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
 
 WITHIN_INSTANCE = "within-instance"
 BETWEEN_INSTANCES = "between-instances"
