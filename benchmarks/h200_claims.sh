@@ -13,7 +13,7 @@
 # and `wait` / `collect` as above. The scenario and its overrides are the folder's own.
 # Each scenario is `python3 -m vllm_slo run scenario=NAME` (or `tune` for h200-tune) with
 # --runs-dir /tmp/claims; the device's vLLM comes from the recipe (docs/gpu.md), sourced by
-# the caller: eval "$(bash .gpu/recipe/device.sh env)". Results go to docs/results/h200/.
+# the caller: eval "$(bash .gpu/recipe/device.sh env)". Results go to results/h200/.
 # CLAIM_ARGS (optional): overrides appended to every command (e.g. a short trial to try it).
 # CLAIMS_END (optional, epoch seconds): the last moment a trial may still be running (leave
 #   time for `collect` after it). A watchdog sends the run SIGTERM (the suite stops, keeps the

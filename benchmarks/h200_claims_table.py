@@ -1,6 +1,6 @@
 """The H200 claims table (issue 26): each claim's experiment folder decided by its design.
 
-    python benchmarks/h200_claims_table.py [docs/results/h200/claims.sources.json]
+    python benchmarks/h200_claims_table.py [results/h200/claims.sources.json]
 
 A tune folder (tune.json) is a claim too: the recommendation's gain over the scenario's own
 args (vLLM's defaults in h200-tune), as the tune states it (`tune_row`).
@@ -12,7 +12,7 @@ compared cell from its summary.json (a trial that was invalid counts as missing,
 experiment's own looks), builds the scenario's design (`trials`, `compare.cells`, alpha,
 effect, test: `experiment_design.sequential_design`) and decides each cell with
 `sequential.decide_cells` at the trials run per arm. It writes claims.json and claims.md (the
-table docs/results/h200/README.md shows) beside the sources file and prints the table.
+table results/h200/README.md shows) beside the sources file and prints the table.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from vllm_slo.scenarios.slo import part_column
 from vllm_slo.stats.sequential import decide_cells
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCES = REPO / "docs" / "results" / "h200" / "claims.sources.json"
+DEFAULT_SOURCES = REPO / "results" / "h200" / "claims.sources.json"
 
 
 def part_entry(document: dict[str, Any], part: str) -> dict[str, Any]:

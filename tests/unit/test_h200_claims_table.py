@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = REPO / "docs" / "results" / "h200" / "runs"
+RUNS = REPO / "results" / "h200" / "runs"
 CHUNKED = RUNS / "20261204T143659Z-h200-chunked-prefill-ab"  # a mix: part cells
 TUNED = RUNS / "20261204T144929Z-h200-tuned-vs-defaults-ab"  # interrupted after its 1st look
 

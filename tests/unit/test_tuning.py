@@ -336,7 +336,7 @@ def test_candidates_from_different_machines_are_named_in_a_warning() -> None:
 
 def test_four_trials_bound_a_small_gain_on_the_h200_tunes_own_values() -> None:
     """The per-trial output tok/s of the H200 tune of 2026-12-04 (vLLM's defaults c01,
-    max-num-batched-tokens 4096 c02, 8192 c03 with one trial cut short; docs/results/h200):
+    max-num-batched-tokens 4096 c02, 8192 c03 with one trial cut short; results/h200):
     4 trials a candidate give the gain an interval with Welch (Holm over 2), and it is far from
     the guides' ×2; the rank test at 4 + 4 in a family of two can give none."""
     candidates = [given((5127.6, 5127.0, 4980.2, 5126.6)),
