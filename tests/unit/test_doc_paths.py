@@ -1,0 +1,91 @@
+"""Docs and docstrings name only files the repository holds, and no tracker issue.
+
+A repository path is a token that starts with one of the repository's top-level folders
+(`vllm_slo/`, `tests/`, `docs/`, `results/`, ...) and ends in a file extension; it must exist
+in the checkout (a glob must match), or, for a module path written from inside the package
+(`scenarios/model.py`), under `vllm_slo/`. Paths inside a run folder (`runs/<ts>/summary.json`,
+`samples/*.arrows`) start with no top-level folder and are not checked. Scanned: README.md,
+docs/**/*.md, and every comment and string under vllm_slo/. Pages also may not say "issue N"
+(there is no tracker to follow) nor name files outside the repository (`shared/...`).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOP_LEVEL = ("vllm_slo", "tests", "docs", "results", "benchmarks", "scenarios", "servers",
+             "loadtests", "reports", ".ci")
+EXTENSIONS = ("py", "md", "json", "jsonl", "yaml", "yml", "sh", "txt", "csv", "toml", "ini",
+              "html", "css", "js", "parquet", "arrows", "tgz", "log")
+PATH = re.compile(
+    r"(?<![\w./-])((?:%s)/[\w./*-]*\.(?:%s))(?![\w/-])"
+    % ("|".join(re.escape(top) for top in TOP_LEVEL), "|".join(EXTENSIONS)))
+# installed-only locations, placeholders: not files of the checkout
+NOT_CHECKOUT = ("vllm_slo/_data/",)
+ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|\b(?:[Ss]top|[Ss]ession) \d+\b")
+OUTSIDE = re.compile(r"(?<![\w/.-])(?:shared/[\w./-]+|DESIGN\.md|device\.sh)")
+
+
+def pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def exists(path: str) -> bool:
+    for root in (REPO, REPO / "vllm_slo"):
+        if "*" in path:
+            if any(root.glob(path)):
+                return True
+        elif (root / path).exists():
+            return True
+    return False
+
+
+def missing_paths(text: str) -> list[str]:
+    return sorted({path for path in PATH.findall(text)
+                   if not path.startswith(NOT_CHECKOUT) and not exists(path.rstrip("."))})
+
+
+def comments_and_strings(source: str) -> str:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return "\n".join(token.string for token in tokens
+                     if token.type in (tokenize.COMMENT, tokenize.STRING))
+
+
+def modules() -> list[Path]:
+    return sorted((REPO / "vllm_slo").rglob("*.py"))
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_a_page_names_only_files_that_exist(page: Path) -> None:
+    assert missing_paths(page.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_a_page_cites_no_issue_and_no_file_outside_the_repository(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert ISSUE.findall(text) == []
+    assert OUTSIDE.findall(text) == []
+
+
+def test_docstrings_and_comments_name_only_files_that_exist() -> None:
+    missing = {}
+    for module in modules():
+        found = missing_paths(comments_and_strings(module.read_text(encoding="utf-8")))
+        if found:
+            missing[str(module.relative_to(REPO))] = found
+    assert missing == {}
+
+
+def test_the_matcher_sees_a_missing_path_and_skips_run_folder_files() -> None:
+    text = ("see `docs/no-such-page.md`, reports/analysis/sequential.py and tests/unit/test_readme.py;"
+            " the run writes runs/<ts>/summary.json and samples/*.arrows; vllm_slo/stats/*.py;"
+            " scenarios/model.py")
+    assert missing_paths(text) == ["docs/no-such-page.md", "reports/analysis/sequential.py"]
+    assert ISSUE.findall("as issue 14 found") and not ISSUE.findall("the issues it raised")
+    assert OUTSIDE.findall("`shared/gpu-vllm/README.md`") == ["shared/gpu-vllm/README.md"]
