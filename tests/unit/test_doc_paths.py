@@ -24,10 +24,11 @@ TOP_LEVEL = ("vllm_slo", "tests", "docs", "results", "benchmarks", "scenarios", 
 EXTENSIONS = ("py", "md", "json", "jsonl", "yaml", "yml", "sh", "txt", "csv", "toml", "ini",
               "html", "css", "js", "parquet", "arrows", "tgz", "log")
 PATH = re.compile(
-    r"(?<![\w./-])((?:%s)/[\w./*-]*\.(?:%s))(?![\w/-])"
+    r"(?<![\w./-])((?:%s)/[\w./*-]*\.(?:%s))(?![\w/-]|\.\w)"
     % ("|".join(re.escape(top) for top in TOP_LEVEL), "|".join(EXTENSIONS)))
 # installed-only locations, placeholders: not files of the checkout
 NOT_CHECKOUT = ("vllm_slo/_data/",)
+PLACEHOLDER = re.compile(r"(?<![a-z])[A-Z]{3,}(?![a-z])")  # servers/NAME.yaml
 ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|\b(?:[Ss]top|[Ss]ession) \d+\b")
 OUTSIDE = re.compile(r"(?<![\w/.-])(?:shared/[\w./-]+|DESIGN\.md|device\.sh)")
 
@@ -48,7 +49,8 @@ def exists(path: str) -> bool:
 
 def missing_paths(text: str) -> list[str]:
     return sorted({path for path in PATH.findall(text)
-                   if not path.startswith(NOT_CHECKOUT) and not exists(path.rstrip("."))})
+                   if not path.startswith(NOT_CHECKOUT) and not PLACEHOLDER.search(path)
+                   and not exists(path.rstrip("."))})
 
 
 def comments_and_strings(source: str) -> str:
@@ -85,7 +87,7 @@ def test_docstrings_and_comments_name_only_files_that_exist() -> None:
 def test_the_matcher_sees_a_missing_path_and_skips_run_folder_files() -> None:
     text = ("see `docs/no-such-page.md`, reports/analysis/sequential.py and tests/unit/test_readme.py;"
             " the run writes runs/<ts>/summary.json and samples/*.arrows; vllm_slo/stats/*.py;"
-            " scenarios/model.py")
+            " scenarios/model.py servers/NAME.yaml")
     assert missing_paths(text) == ["docs/no-such-page.md", "reports/analysis/sequential.py"]
     assert ISSUE.findall("as issue 14 found") and not ISSUE.findall("the issues it raised")
     assert OUTSIDE.findall("`shared/gpu-vllm/README.md`") == ["shared/gpu-vllm/README.md"]

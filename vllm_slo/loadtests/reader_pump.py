@@ -9,7 +9,7 @@ holding every socket with a response in flight, and one libev io watcher on *tha
 descriptor. Whenever it is readable, the hub calls `_drain`: `epoll.poll(0)` returns every
 ready socket at once and, in one tight loop without a greenlet switch, each gets a raw
 non-blocking `recv`, a `perf_counter()` stamp right after it returned, and its request's
-`ResponseParser` fed (vllm_slo/servers/http_stream.py: the same state machine the blocking reader
+`ResponseParser` fed (vllm_slo/transport/http_stream.py: the same state machine the blocking reader
 drives), which hands each SSE payload to the request's `on_event` callback. When a response
 ends (complete, closed, or a read/parse error), its socket leaves the epoll set and the
 user's greenlet is woken.

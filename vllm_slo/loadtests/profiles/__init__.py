@@ -3,7 +3,7 @@
 in the bottom layer (vllm_slo/scenarios/profile_specs/), so the scenario model validates them
 without importing the load generator: adding a profile is its spec module there and its
 generator module here; a plugin or a test registers both from one module of its own
-(tests/support/fixed_prompt.py). tests/unit/test_profile_registry.py holds the two registries
+(tests/support/fixed_length.py). tests/unit/test_profile_registry.py holds the two registries
 equal."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `SPEC`; the built-in ones are registered below, in the order the docs list them. Adding a
 profile: its spec module and its generator module (vllm_slo/loadtests/profiles/), each with
 its line in its package's list; a plugin or a test registers both from one module of its own
-(`register_profile_spec`, `loadtests.profiles.register_profile`: tests/support/fixed_prompt.py).
+(`register_profile_spec`, `loadtests.profiles.register_profile`: tests/support/fixed_length.py).
 """
 
 from __future__ import annotations
