@@ -1,6 +1,6 @@
 """Trials and variants: repeated, interleaved runs, each on a fresh server instance.
 
-The unit of comparison is the trial (DESIGN "Statistics"): a restart moves latency as much as
+The unit of comparison is the trial (docs/statistics.md): a restart moves latency as much as
 a config change, so every trial starts its own server and variants interleave in a balanced
 order (A B B A ...), all with the same seed and therefore identical prompt sequences.
 

@@ -1,4 +1,4 @@
-"""The load generator judges itself in every run (README "Measurement health"): against the
+"""The load generator judges itself in every run (docs/measurement.md): against the
 known-timing stand-in, a healthy closed-loop run writes its per-process monitor records, holds
 its users busy and is not flagged; the same run with the loop-lag bound set below the lag it
 really measured is flagged client-limited with exit code 4 and a red health panel."""

@@ -1,6 +1,6 @@
 """Token accounting of multi-token chunks and reasoning phases (pure; no I/O).
 
-Definitions (README "Measurement definitions"):
+Definitions (docs/measurement.md):
 - `itl` stays the gap between successive token chunks (vLLM `bench serve`'s ITL): a stall
   is one long value, whatever the chunk carried.
 - `itl_token`: a chunk of k tokens that arrived g after the previous token chunk counts as k

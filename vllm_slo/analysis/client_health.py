@@ -1,5 +1,5 @@
-"""Was the load generator the bottleneck? (pure; no file access). README "Measurement
-health" and docs/reports.md "Client health" state the criterion and why.
+"""Was the load generator the bottleneck? (pure; no file access). docs/measurement.md
+and docs/reports.md "Client health" state the criterion and why.
 
 From the measured window's rows:
 - **achieved concurrency**: requests in flight (every row's [actual send, end], failed ones

@@ -23,8 +23,8 @@ from vllm_slo.stats.sequential import (
 
 StopReason = Literal["decided", "max_trials", "budget", "interrupted"]
 # a launched server's start-up (until ready) when no earlier run of the scenario measured one:
-# an H200 took 47-121 s (shared/gpu-vllm/README.md: 121, 90, 63, 51 s as the torch.compile
-# cache warms), vLLM's CPU build 35-45 s on the 2-core CI host (README "Tests")
+# an H200 took about 50-120 s as the torch.compile cache warmed (a 7B shape: 55-99 s,
+# results/h200-7b-startup-2026-12-03/README.md), vLLM's CPU build 35-45 s on a 2-core CI host
 DEFAULT_STARTUP_S = {"gpu": 90.0, "cpu": 45.0}
 
 

@@ -1,6 +1,6 @@
 """From sample rows to per-run metric series and their summary (pure; no I/O).
 
-Definitions (README "Measurement definitions"):
+Definitions (docs/measurement.md):
 - TTFT: first content chunk − intended send. E2E: end of response − intended send.
 - ITL: gaps between successive content chunks of a request, pooled over requests (vLLM's), in
   the order the gaps ended (wall clock): a stall that hits every stream at once is then one

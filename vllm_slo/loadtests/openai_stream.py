@@ -1,7 +1,7 @@
 """One streamed OpenAI-compatible request, measured: build the body, send it through the
 socket-timestamping client, and turn the timestamped SSE events into a `RequestOutcome`.
 
-Definitions (README "Measurement definitions"): TTFT is the arrival of the first chunk that
+Definitions (docs/measurement.md): TTFT is the arrival of the first chunk that
 carries non-empty output of any kind, reasoning (`delta.reasoning` / `delta.reasoning_content`)
 or answer (`delta.content`, `text`); the empty role chunk never counts. Chunk offsets are the
 arrivals of those token chunks; the first answer chunk is kept apart (`first_answer_perf_s`).

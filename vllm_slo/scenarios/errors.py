@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Fixed, documented process exit codes (README "Exit codes")."""
+    """Fixed, documented process exit codes (README.md, docs/scenarios.md)."""
 
     PASS = 0
     SLO_FAILED = 1

@@ -166,7 +166,7 @@ for _metric in (
            lambda run: run.tpot_s, "", "request"),
     Metric("e2e", MetricKind.LATENCY, "End-to-end latency", "", True,
            lambda run: run.e2e_s, "", "request"),
-    # multi-token chunks and reasoning (README "Measurement definitions"): itl above is per
+    # multi-token chunks and reasoning (docs/measurement.md): itl above is per
     # chunk gap (vLLM bench's); itl_token spreads a gap over the k tokens its chunk carried
     Metric("itl_token", MetricKind.LATENCY, "Inter-token latency per token", "", True,
            lambda run: run.itl_token_s, "", "token"),

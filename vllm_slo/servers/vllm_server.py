@@ -37,7 +37,7 @@ from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_g
 
 VLLM_CLI_MODULE = "vllm_slo.servers.vllm_cli"  # vLLM's own CLI, with the CPU wheel's fix
 CPU_BLOCK_MULTIPLE = 32
-# Defaults for vLLM's CPU build when the scenario says nothing (see README "CPU platform").
+# Defaults for vLLM's CPU build when the scenario says nothing (docs/scenarios.md).
 CPU_DEFAULTS: dict[str, Any] = {"kv-cache-memory-bytes": "1G", "enforce-eager": True}
 _KV_SIZE_FLAGS = ("kv-cache-memory-bytes", "gpu-memory-utilization", "num-gpu-blocks-override")
 _PRIVATE_ENV = {

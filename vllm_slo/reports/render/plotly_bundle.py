@@ -1,6 +1,6 @@
 """The plotly.js every report page inlines: the basic partial bundle (scatter, bar, pie;
 1.2 MB instead of the full 4.8 MB), vendored under `vendor/` (version, source and MIT licence
-in vendor/README.md), so a page opens offline and a small run's report stays near 1.3 MB."""
+in reports/vendor/README.md), so a page opens offline and a small run's report stays near 1.3 MB."""
 
 from __future__ import annotations
 

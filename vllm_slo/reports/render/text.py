@@ -186,7 +186,7 @@ def stream_line(summary: RunSummaryDocument) -> str | None:
 def client_line(summary: RunSummaryDocument) -> str | None:
     """`client: busy 99.9% of 8 users (7.26 in flight, min 0) · re-send gap p50/p99 1.2/3.9ms ·
     loop lag p99 2.9ms (max 29.2ms) · CPU p50 4% · 1.02 events/read`: the load generator's
-    health (README "Measurement health"); None when the document has none."""
+    health (docs/measurement.md); None when the document has none."""
     health = summary.client_health
     if health is None:
         return None

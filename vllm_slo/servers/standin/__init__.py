@@ -2,7 +2,7 @@
 
 It exists to prove that what the suite measures equals what happened (every chunk is sent at a
 scheduled, recorded moment) and to inject faults. It mimics the wire format of real vLLM
-(`vllm serve`, see shared/cpu-vllm/README.md "Endpoints checked"): the same endpoints, the same
+(`vllm serve`, as observed from vLLM's CPU build): the same endpoints, the same
 SSE chunk sequence (chat: a role chunk, one chunk per token, the last with
 ``finish_reason: "length"``, a ``choices: []`` usage chunk when ``stream_options.include_usage``,
 then ``data: [DONE]``), the same error shapes. Standard library only (asyncio), loopback only.

@@ -1,5 +1,5 @@
-"""The OpenAI-compatible surface, shaped as vLLM's (``vllm serve``, see
-shared/cpu-vllm/README.md "Endpoints checked"): completion request parsing and validation, the
+"""The OpenAI-compatible surface, shaped as vLLM's (``vllm serve``, as
+observed from vLLM's CPU build): completion request parsing and validation, the
 error shape, SSE framing, ``/v1/models`` and ``/tokenize``. Prompt tokens are counted as
 whitespace-separated words. When each response piece is sent is ``engine``'s business."""
 
