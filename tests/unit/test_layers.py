@@ -1,4 +1,4 @@
-"""The layout explains itself only if imports go one way (docs/development.md "Layout"):
+"""The layout explains itself only if imports go one way (docs/development.md):
 
     vllm_slo  ->  reports  ->  analysis  ->  stats
         |  ->  loadtests, servers  ->  run_folder, scenarios, transport

@@ -87,7 +87,7 @@ def test_offline_command_checker_sees_a_wrong_exit_code() -> None:
 
 def slug(heading: str) -> str:
     """The anchor Python-Markdown's toc extension (mkdocs' default) gives a heading."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
     text = re.sub(r"[^\w\s-]", "", text)
     return re.sub(r"[-\s]+", "-", text).strip("-")
 
