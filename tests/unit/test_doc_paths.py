@@ -23,9 +23,9 @@ TOP_LEVEL = ("vllm_slo", "tests", "docs", "results", "benchmarks", "scenarios", 
              "loadtests", "reports", ".ci")
 EXTENSIONS = ("py", "md", "json", "jsonl", "yaml", "yml", "sh", "txt", "csv", "toml", "ini",
               "html", "css", "js", "parquet", "arrows", "tgz", "log")
-PATH = re.compile(
-    r"(?<![\w./-])((?:%s)/[\w./*-]*\.(?:%s))(?![\w/-]|\.\w)"
-    % ("|".join(re.escape(top) for top in TOP_LEVEL), "|".join(EXTENSIONS)))
+TOPS = "|".join(re.escape(top) for top in TOP_LEVEL)
+EXTS = "|".join(EXTENSIONS)
+PATH = re.compile(rf"(?<![\w./-])((?:{TOPS})/[\w./*-]*\.(?:{EXTS}))(?![\w/-]|\.\w)")
 # installed-only locations, placeholders: not files of the checkout
 NOT_CHECKOUT = ("vllm_slo/_data/",)
 PLACEHOLDER = re.compile(r"(?<![a-z])[A-Z]{3,}(?![a-z])")  # servers/NAME.yaml
@@ -85,7 +85,8 @@ def test_docstrings_and_comments_name_only_files_that_exist() -> None:
 
 
 def test_the_matcher_sees_a_missing_path_and_skips_run_folder_files() -> None:
-    text = ("see `docs/no-such-page.md`, reports/analysis/sequential.py and tests/unit/test_readme.py;"
+    text = ("see `docs/no-such-page.md`, reports/analysis/sequential.py and "
+            "tests/unit/test_readme.py;"
             " the run writes runs/<ts>/summary.json and samples/*.arrows; vllm_slo/stats/*.py;"
             " scenarios/model.py servers/NAME.yaml")
     assert missing_paths(text) == ["docs/no-such-page.md", "reports/analysis/sequential.py"]

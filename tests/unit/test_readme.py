@@ -46,14 +46,15 @@ def offline_commands(text: str) -> list[tuple[list[str], int]]:
             expected = EXIT.search(line)
             assert expected, f"README offline line without '# exit N': {line!r}"
             words = shlex.split(line[:expected.start()])
-            assert words[0] == "vllm-slo", f"README offline line is not a vllm-slo command: {line!r}"
+            assert words[0] == "vllm-slo", f"README offline line is not vllm-slo: {line!r}"
             commands.append((words[1:], int(expected.group(1))))
     return commands
 
 
 def test_readme_is_a_short_front_door() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"
+    assert len(lines) <= MAX_README_LINES, \
+        f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"
 
 
 def test_readme_keeps_the_two_set_up_commands() -> None:
