@@ -2,7 +2,7 @@
 # Issue 26 prep: what a Llama-2-7B-shaped model (random weights, `--load-format dummy`, nothing
 # downloaded or carried but a ~2 MB config + tokenizer directory) costs to start on the lent
 # H200, its KV-cache capacity, and a short throughput sanity load. Run ON THE GPU MACHINE from
-# the checkout's root, after the recipe's stage0 + install (docs/gpu.md, shared/gpu-vllm/) and
+# the checkout's root, after the recipe's stage0 + install (.gpu/recipe: a GPU recipe not in this repository) and
 #   eval "$(bash .gpu/recipe/device.sh env)"
 # Sub-commands:
 #   model                 write /tmp/model7b (benchmarks/make_7b_shape_model.py)
