@@ -92,3 +92,35 @@ def test_the_matcher_sees_a_missing_path_and_skips_run_folder_files() -> None:
     assert missing_paths(text) == ["docs/no-such-page.md", "reports/analysis/sequential.py"]
     assert ISSUE.findall("as issue 14 found") and not ISSUE.findall("the issues it raised")
     assert OUTSIDE.findall("`shared/gpu-vllm/README.md`") == ["shared/gpu-vllm/README.md"]
+
+
+SECTION_CITE = re.compile(r"""(docs/[\w-]+\.md) ["']([^"'\n]{3,80})["']""")
+CITING = ("vllm_slo", "tests", "scenarios", "benchmarks", "servers", "loadtests")
+
+
+def stale_section_cites(text: str) -> list[str]:
+    """`docs/page.md "Section"` citations whose page no longer holds that section's words."""
+    stale = []
+    for page, section in SECTION_CITE.findall(text):
+        path = REPO / page
+        if not path.is_file() or section.lower() not in path.read_text(encoding="utf-8").lower():
+            stale.append(f'{page} "{section}"')
+    return stale
+
+
+def test_a_cited_section_of_a_page_exists() -> None:
+    stale = {}
+    for top in CITING:
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix in (".py", ".yaml", ".sh") and path.is_file() \
+                    and path != Path(__file__):
+                found = stale_section_cites(path.read_text(encoding="utf-8"))
+                if found:
+                    stale[str(path.relative_to(REPO))] = found
+    assert stale == {}
+
+
+def test_the_section_checker_sees_a_stale_cite() -> None:
+    assert stale_section_cites('see docs/statistics.md "No such section here"') == [
+        'docs/statistics.md "No such section here"']
+    assert stale_section_cites('see docs/statistics.md "Sequential trials"') == []
