@@ -55,8 +55,10 @@ from vllm_slo.run_folder.run_files import (
 from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import resolve_variants
-from vllm_slo.scenarios.model import Scenario, ServerSpec, TrafficSpec
+from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.profile_specs import ShareGptSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import run_cli
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.host import detect_platform, gpu_names
 from vllm_slo.servers.vllm_server import launch_vllm
 

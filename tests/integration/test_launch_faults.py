@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import FAKE_VLLM, REPO, cli_env, only_run_dir, run_cli
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.vllm_server import (
     PORT_ATTEMPTS,
     VllmServer,

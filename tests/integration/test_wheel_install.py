@@ -187,7 +187,7 @@ def test_launch_paths_are_absolute_from_where_the_user_stands(
         user_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM runs in the run folder: the model folder and a launcher given as relative paths
     reach it absolute, resolved from the user's folder (no vLLM started here)."""
-    from vllm_slo.scenarios.model import ServerSpec
+    from vllm_slo.scenarios.server_spec import ServerSpec
     from vllm_slo.servers.tiny_model import TINY_MODEL_VERSION
     from vllm_slo.servers.vllm_server import plan_launch, resolve_model_path
 

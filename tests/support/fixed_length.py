@@ -16,9 +16,9 @@ from vllm_slo.loadtests.profiles import Profile, register_profile
 from vllm_slo.loadtests.profiles.base import Conversations, conversation_plan
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.model_base import Frozen
 from vllm_slo.scenarios.profile_specs import ProfileSpec, register_profile_spec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 NAME = "fixed-length"
 

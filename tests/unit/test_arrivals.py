@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vllm_slo.loadtests.arrivals import arrival_offsets_s, users_at
-from vllm_slo.scenarios.model import ArrivalSpec
+from vllm_slo.scenarios.traffic_spec import ArrivalSpec
 
 
 def spec(**fields) -> ArrivalSpec:

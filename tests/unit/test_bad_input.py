@@ -18,7 +18,8 @@ from vllm_slo.cli import main
 from vllm_slo.runner import prepare_plan
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerConfigError
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import ServerSpec, TrafficSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.servers.vllm_server import VllmServer, plan_launch
 
 BASE = "name: bad\n"

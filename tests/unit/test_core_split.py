@@ -8,7 +8,7 @@ import os
 import pytest
 
 from vllm_slo.scenarios.errors import ScenarioError
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.core_split import (
     SPLIT_MAX_CORES,
     plan_core_split,

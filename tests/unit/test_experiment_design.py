@@ -25,7 +25,7 @@ from vllm_slo.cli import main
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import STOPPING_FILE, TRIALS_DIR
-from vllm_slo.scenarios import model
+from vllm_slo.scenarios import experiment_spec, model
 from vllm_slo.scenarios.loader import load_scenario, resolve_variants
 from vllm_slo.stats import sequential
 from vllm_slo.stats.sequential import CellDecision, SequentialDesign
@@ -217,7 +217,7 @@ def test_startup_from_the_newest_earlier_run_that_measured_one(tmp_path: Path) -
 
 
 def test_the_sequential_cap_is_the_procedures() -> None:
-    assert model.MAX_SEQUENTIAL_TRIALS == sequential.MAX_SEQUENTIAL_TRIALS
+    assert experiment_spec.MAX_SEQUENTIAL_TRIALS == sequential.MAX_SEQUENTIAL_TRIALS
 
 
 def _decided_experiment(tmp_path: Path) -> Path:

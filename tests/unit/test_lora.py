@@ -27,7 +27,8 @@ from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_nam
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA, SampleWriter
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import Scenario, ServerSpec
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.tiny_lora import adapter_config, module_shapes, name_seed
 from vllm_slo.servers.vllm_server import lora_engine_args, plan_launch
 

@@ -10,6 +10,7 @@ from vllm_slo.analysis.comparison import format_cell_value
 from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.trials import cell_value
 from vllm_slo.analysis.verdicts import observed_for
+from vllm_slo.scenarios.experiment_spec import CompareSpec
 from vllm_slo.scenarios.metrics import (
     LATENCY_METRICS,
     METRICS,
@@ -19,8 +20,8 @@ from vllm_slo.scenarios.metrics import (
     lower_is_better,
     parse_cell,
 )
-from vllm_slo.scenarios.model import CompareSpec, SloRules
 from vllm_slo.scenarios.slo import parse_rule
+from vllm_slo.scenarios.slo_spec import SloRules
 
 EXAMPLE_RULES = {"ttft": "p95 < 2s", "itl": "mean <= 50ms", "tpot": "p50 < 20ms",
                  "e2e": "p99.9 < 1h", "itl_token": "p99 < 40ms", "ttft_answer": "p90 < 2s",

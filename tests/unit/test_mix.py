@@ -22,7 +22,7 @@ from vllm_slo.loadtests.plan import build_plan, canonical_bytes, read_plan, writ
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 REPO = Path(__file__).resolve().parents[2]
 MIX = {"profile": "mix", "seed": 7, "mix": {"chat": 3, "long-doc": 1},

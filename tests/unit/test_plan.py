@@ -27,7 +27,7 @@ from vllm_slo.loadtests.prompts import (
     flatten_for_completions,
 )
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 def traffic(profile: str = "chat", seed: int = 7, **sections: object) -> TrafficSpec:

@@ -24,7 +24,7 @@ from vllm_slo.loadtests.prefix_shaping import (
     expected_hit_rate,
     shared_blocks,
 )
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 def traffic(**prefix_cache: object) -> TrafficSpec:

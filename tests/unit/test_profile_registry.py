@@ -12,8 +12,8 @@ from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.runner import planned_request_count
 from vllm_slo.scenarios.loader import load_scenario
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 def test_the_generators_and_the_specs_name_the_same_profiles() -> None:

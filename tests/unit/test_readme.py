@@ -3,9 +3,10 @@
 The README's command block marked `<!-- readme-test: offline -->` is run line by line through
 `vllm_slo.cli.main` (as benchstat's doc_test.go runs its README), each line's `# exit N`
 checked; a repository file named in a line is read from the checkout, a run folder is written
-under tmp_path. Links: every relative link in README.md and docs/**/*.md points to a file of
-the repository, and a `#anchor` into a Markdown page names one of its headings (mkdocs'
-slugs). `mkdocs build --strict` (`tox -e docs`) checks the manual's links again as a site.
+under tmp_path. Links: every relative link in README.md, docs/**/*.md and results/**/README.md
+points to a file of the repository, and a `#anchor` into a Markdown page names one of its
+headings (mkdocs' slugs). `mkdocs build --strict` (`tox -e docs`) checks the manual's links
+again as a site.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 def doc_pages() -> list[Path]:
     return [README, *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def linked_pages() -> list[Path]:
+    """Pages whose links are checked: the docs, and the results' campaign READMEs."""
+    return [*doc_pages(), *sorted((REPO / "results").rglob("README.md"))]
 
 
 def offline_commands(text: str) -> list[tuple[list[str], int]]:
@@ -116,7 +122,7 @@ def broken_links(page: Path) -> list[str]:
     return broken
 
 
-@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", linked_pages(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page: Path) -> None:
     assert broken_links(page) == []
 

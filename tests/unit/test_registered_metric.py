@@ -23,9 +23,9 @@ from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.trials import cell_value
 from vllm_slo.analysis.verdicts import Verdict, evaluate_slos
 from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.experiment_spec import CompareSpec
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.metrics import METRICS, register_metric, unregister_metric
-from vllm_slo.scenarios.model import CompareSpec
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "tests.support.send_rate"

@@ -8,7 +8,7 @@ import pytest
 
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import load_scenario, resolve_variants, shipped_scenarios
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.vllm_server import engine_args_to_argv, plan_launch
 
 

@@ -15,8 +15,8 @@ from vllm_slo.loadtests.plan import build_plan, canonical_bytes
 from vllm_slo.loadtests.profiles.sharegpt import FILTER_REASONS
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import ShareGptSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.servers.tiny_model import train_tokenizer
 
 

@@ -28,7 +28,8 @@ from vllm_slo.analysis.tuning import (
     stop_reason,
 )
 from vllm_slo.reports.tune_report import build_tune, write_tune
-from vllm_slo.scenarios.model import Scenario, SearchSpec
+from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.tune_spec import SearchSpec
 from vllm_slo.stats.trial_statistics import compare_trials
 
 TUNE_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "schema" /

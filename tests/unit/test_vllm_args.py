@@ -60,7 +60,7 @@ def test_known_options_refuse_a_typo_without_running_vllm(tmp_path: Path,
 def test_a_flag_from_a_config_file_is_named_by_its_file(tmp_path: Path) -> None:
     """A rejected flag that only the config file set is reported there, not as server.args;
     one that `args` set (or overrode) keeps its dotted key."""
-    from vllm_slo.scenarios.model import ServerSpec
+    from vllm_slo.scenarios.server_spec import ServerSpec
     from vllm_slo.servers.vllm_args import flag_source
 
     config = tmp_path / "mine.yaml"

@@ -20,8 +20,9 @@ from vllm_slo.analysis.server_crosscheck import LatencyCrosscheck
 from vllm_slo.analysis.verdicts import SloResult, VerdictScope
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
-from vllm_slo.scenarios.model import OPEN_LOOP_KINDS, Scenario
+from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.scenarios.traffic_spec import OPEN_LOOP_KINDS
 from vllm_slo.stats.statistics import Estimate, Verdict
 
 SUMMARY_SCHEMA_VERSION = 1

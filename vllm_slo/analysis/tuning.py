@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from vllm_slo.analysis.trials import machines_text
-from vllm_slo.scenarios.model import EngineArgValue, SearchSpec
+from vllm_slo.scenarios.server_spec import EngineArgValue
+from vllm_slo.scenarios.tune_spec import SearchSpec
 from vllm_slo.stats.trial_statistics import (
     Comparison,
     TrialTest,

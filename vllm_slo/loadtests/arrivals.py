@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_slo.scenarios.model import ArrivalSpec
+from vllm_slo.scenarios.traffic_spec import ArrivalSpec
 
 SCHEDULE_LEAD_S = 0.5  # open loop: time for the in-flight slots to spawn before arrival 0
 

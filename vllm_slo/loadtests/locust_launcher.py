@@ -20,7 +20,7 @@ from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
 from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.resources import user_folder
 from vllm_slo.run_folder.run_files import LOCUST_LOG_FILE
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
 
 # absolute paths of the installed locustfiles: nothing depends on the working directory

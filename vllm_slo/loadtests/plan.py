@@ -30,7 +30,7 @@ from vllm_slo.loadtests.prefix_shaping import shape_candidates
 from vllm_slo.loadtests.profiles import PROFILES
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 PLAN_SCHEMA_VERSION = 1
 PLAN_METADATA_KEY = b"vllm_slo.plan"

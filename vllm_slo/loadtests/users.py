@@ -45,8 +45,8 @@ from vllm_slo.loadtests.wall_clock import WallClock
 from vllm_slo.run_folder.locust_config import LocustConfig
 from vllm_slo.run_folder.run_files import PLAN_FILE
 from vllm_slo.run_folder.samples_format import SAMPLES_DIR, SampleWriter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.plugins import load_plugins
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.transport.http_stream import HttpStreamClient
 
 if TYPE_CHECKING:

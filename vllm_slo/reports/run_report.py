@@ -70,9 +70,10 @@ from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.run_folder.samples_format import SAMPLES_FILE
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
-from vllm_slo.scenarios.model import Scenario, TrafficSpec
+from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.slo import ADAPTER_PART
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
 # the runner writes run_status.json and samples.parquet on every way out it controls (end,

@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import Field
 
 from vllm_slo.run_folder.run_files import LOCUST_CONFIG_FILE
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.model_base import Frozen
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 class LocustConfig(Frozen):

@@ -1,8 +1,8 @@
 """The metric vocabulary, defined once: every metric that an SLO, a compared cell, a report or
 the tuner names, with its kind, unit, how its values print, which way is better, and where a
-run's series and summary hold it. The SLO grammar (`slo.py`), the scenario model's `slo:` and
-`compare.cells` (`model.py`), trials' cells, verdicts, the text and HTML reports and the tuner
-all read it here.
+run's series and summary hold it. The SLO grammar (`slo.py`), the scenario model's `slo:`
+(`slo_spec.py`) and `compare.cells` (`experiment_spec.py`), trials' cells, verdicts, the text
+and HTML reports and the tuner all read it here.
 
 A *cell* is `metric.statistic` (`ttft.p50`, `itl.mean`, `output_throughput.mean`,
 `error_rate.rate`), optionally for one part of a mix (`chat:itl.p99`). There is one spelling

@@ -1,20 +1,41 @@
 """What every model of a scenario file is built on: `Frozen` (immutable, unknown keys refused),
-and the validation of mapping keys that a registry names rather than the model's fields — the
-`slo:` block's metrics (`metrics.METRICS`) and `traffic`'s profile sections
-(`profile_specs.PROFILE_SPECS`) — so that a metric or a profile registered in one module is a
-key of the scenario file at once, with errors as precise as a field's: located at the key,
-reported together with the model's own.
+the field types the sections share (`Seconds`: a duration as the user writes it, at most a
+week; the highest rate), and the validation of mapping keys that a registry names rather than
+the model's fields — the `slo:` block's metrics (`metrics.METRICS`) and `traffic`'s profile
+sections (`profile_specs.PROFILE_SPECS`) — so that a metric or a profile registered in one
+module is a key of the scenario file at once, with errors as precise as a field's: located at
+the key, reported together with the model's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from vllm_slo.scenarios.units import parse_duration_s
+
 _Model = TypeVar("_Model", bound=BaseModel)
+MAX_DURATION_S = 7 * 86_400.0  # any duration or timeout of a scenario: at most a week
+MAX_RATE = 100_000.0  # requests (or users spawned) per second
+
+
+def _at_most_a_week(seconds: float) -> float:
+    if not seconds <= MAX_DURATION_S:  # also NaN
+        raise ValueError(f"at most 7 days ({MAX_DURATION_S:.0f} s), got {seconds:g} s")
+    return seconds
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration_s), AfterValidator(_at_most_a_week)]
 
 
 class Frozen(BaseModel):

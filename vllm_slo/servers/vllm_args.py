@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_slo.scenarios.errors import ServerConfigError
-from vllm_slo.scenarios.model import ServerSpec
 from vllm_slo.scenarios.server_configs import read_server_config
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.tiny_model import cache_root
 from vllm_slo.servers.vllm_cli import CHECK_FLAG, RESULTS_MARK, vllm_version
 from vllm_slo.servers.vllm_server import plan_launch, vllm_installed

@@ -21,8 +21,8 @@ from typing import Any
 
 from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
 from vllm_slo.scenarios.lora import LoraSpec
-from vllm_slo.scenarios.model import DEVICE_ENV_VARS, ServerSpec
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
+from vllm_slo.scenarios.server_spec import DEVICE_ENV_VARS, ServerSpec
 from vllm_slo.servers.core_split import (
     NO_SPLIT,
     CoreSplit,

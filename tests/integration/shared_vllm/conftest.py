@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.vllm_server import VllmServer, launch_vllm
 
 MAX_MODEL_LEN = 4096

@@ -14,9 +14,9 @@ from types import MappingProxyType
 from vllm_slo.loadtests.plan_fitting import Candidate, Tally, generate_until
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS
 from vllm_slo.scenarios.registry import Registry
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 Conversations = Callable[[int], list[Candidate]]  # conversation c -> its turns
 # (traffic, seed, counter, max_model_len, overlong policy, n_requests, tally) -> the requests

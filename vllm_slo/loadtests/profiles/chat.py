@@ -9,8 +9,8 @@ from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
 from vllm_slo.loadtests.profiles.base import Conversations, Profile, conversation_plan
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import ChatSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words: WordTexts,

@@ -9,8 +9,8 @@ from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
 from vllm_slo.loadtests.profiles.base import Conversations, Profile, conversation_plan
 from vllm_slo.loadtests.prompts import DOC_SEPARATOR, INSTRUCTIONS, WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import LongDocSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 LONG_DOC_MARGIN_TOKENS = 64  # default max_doc_tokens = max_model_len - output_tokens - this
 

@@ -10,7 +10,7 @@ from vllm_slo.loadtests.plan_fitting import Candidate, Tally, generate_until
 from vllm_slo.loadtests.profiles.base import PROFILES, Conversations, Profile
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 
 def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,

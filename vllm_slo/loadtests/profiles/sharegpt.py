@@ -17,8 +17,8 @@ from vllm_slo.loadtests.plan_fitting import (
 from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.prompts import DEFAULT_SHAREGPT_PATH, ShareGptConversation, load_sharegpt
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.scenarios.model import TrafficSpec
 from vllm_slo.scenarios.profile_specs import ShareGptSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 FILTER_REASONS = ("malformed", "no_reply", "prompt_too_short", "prompt_too_long",
                   "output_too_short", "output_too_long", "total_too_long")

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vllm_slo.scenarios.model import ServerSpec
+from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.tiny_model import ensure_tiny_model
 from vllm_slo.servers.vllm_server import launch_vllm
 
