@@ -13,7 +13,8 @@ The directory holds only what vLLM reads when the weights are dummy (random, mad
 - ``tokenizer.json`` + ``tokenizer_config.json``: a byte-level BPE tokenizer trained here in a few
   seconds on deterministic pseudo-words to exactly ``vocab_size`` tokens (``<unk>`` 0, ``<s>`` 1,
   ``</s>`` 2, as in Llama-2), with a chat template; nothing comes from a hub. Like the 1.1 B
-  recipe model's tokenizer (the GPU recipe's make_model.py, not in this repository) it adds no BOS by itself.
+  recipe model's tokenizer (the GPU recipe's make_model.py, not in this repository) it adds no
+  BOS by itself.
 
 Nothing of 13.5 GB is written: the directory is ~2 MB. The parameter count is computed from the
 shape (6,738,415,616 for Llama-2-7B, its published size) and printed as one JSON line, with the
