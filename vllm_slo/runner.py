@@ -8,7 +8,8 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,6 +63,7 @@ from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
+from vllm_slo.servers.readiness import ReadyServer
 from vllm_slo.servers.server_facts import describe, facts_from_metrics, server_facts
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
@@ -309,13 +311,63 @@ def _scrub_server_log(path: Path, spec: ServerSpec, api_key: str | None) -> None
         path.write_text(scrubbed)
 
 
-def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
-              before_traffic: Callable[[], float | None] = lambda: None
-              ) -> tuple[ExitCode, RenderedRun]:
-    """One full run in `run_dir`: server up, plan, cache reset, Locust, server down, report.
-    `before_traffic` is called once the server is ready and the plan made, right before
-    Locust starts; it may return a wall-clock instant (Unix s) at which Locust is to start
-    its traffic (side-by-side trials wait there for each other and agree on one)."""
+@dataclass(slots=True)
+class _Record:
+    """What the run folder records of a trial, as its phases learn it: the provenance
+    (immutable, replaced field by field) and the status (its warnings appended to as the run
+    goes on). Mutable on purpose: whichever phase fails, `run_trial` writes what was learnt."""
+
+    provenance: Provenance
+    status: RunStatus
+
+    def note(self, **fields: Any) -> None:
+        """Sets provenance fields (`Provenance.updated`)."""
+        self.provenance = self.provenance.updated(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """What every phase of a trial reads: the scenario, its run folder, how it prints, and the
+    record the phases add to."""
+
+    scenario: Scenario
+    run_dir: Path  # absolute: child processes get absolute paths only
+    say: Printer
+    platform: str
+    api_key: str | None
+    interactive: bool  # stdout is a terminal: live progress refreshes one line
+    record: _Record
+
+    @property
+    def spec(self) -> ServerSpec:
+        return self.scenario.server
+
+    @property
+    def traffic(self) -> TrafficSpec:
+        return self.scenario.traffic
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """The server phase's hand-over: a server that answered, and the launched model's folder
+    (None when attached)."""
+
+    server: VllmServer | AttachedServer
+    ready: ReadyServer
+    model_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _LoadGenerator:
+    """Where Locust runs: its worker processes, and the cores it is pinned to (None: any)."""
+
+    workers: int
+    cores: tuple[int, ...] | None
+
+
+def _open_trial(scenario: Scenario, run_dir: Path, say: Printer) -> _Trial:
+    """The run folder with the scenario in it, and what the suite knows before any server:
+    its versions, the host, the platform, the seed, the start time, the command line."""
     run_dir = run_dir.resolve()  # child processes get absolute paths only
     run_dir.mkdir(parents=True, exist_ok=True)
     # secrets belong in the environment, referenced by name (server.api_key_env): values that
@@ -327,151 +379,212 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     platform = platform_of(spec)
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     status = RunStatus()
-    warnings = status.warnings  # appended to as the run goes on
     provenance = Provenance(
         suite_version=_version("vllm-slo"), suite_git_commit=_suite_commit(),
         locust_version=_version("locust"), host=host_facts(), platform=platform,
         seed=traffic.seed, started_utc=datetime.now(timezone.utc).isoformat(),
         command_line=redact_secrets(sys.argv))
+    return _Trial(scenario, run_dir, say, platform, api_key, sys.stdout.isatty(),
+                  _Record(provenance, status))
+
+
+@contextmanager
+def _server_phase(trial: _Trial) -> Iterator[_Served]:
+    """Server: launch `vllm serve` (or attach to server.url), wait until it answers, check that
+    it serves the names traffic.lora sends, record what answered (provenance.json). The server
+    stops when the caller's `with` block ends, however it ends."""
+    spec, traffic, say, record = trial.spec, trial.traffic, trial.say, trial.record
     model_path: str | None = None
     server: AttachedServer | VllmServer
-    interactive = sys.stdout.isatty()
-    try:  # from here a Ctrl-C / SIGTERM (a tune's or experiment's watchdog) is an interrupted run
-        if spec.url is not None:
-            server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s,
-                                    api_key)
-            say(redact_text(f"attaching to {spec.url} ..."))
-        else:
-            dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache.resets else {}
-            # may build the tiny model or its LoRA adapters first (seconds)
-            server = launch_vllm(spec, platform, run_dir / SERVER_LOG_FILE, dev_mode)
-            model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
-            provenance = provenance.updated(launch=redact_secrets(server.plan.to_dict()))
-            say(f"starting vLLM ({platform}): {' '.join(redact_secrets(server.plan.argv))}")
-        log_hint = f" (its log: {server.log_path})" if isinstance(server, VllmServer) else ""
-        server.on_waiting = lambda text: say(redact_text(text) + log_hint)
-        with server:
-            ready = server.ready
-            assert ready is not None
-            say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
-                f"vLLM {ready.version}")
-            unserved = unserved_names(traffic.lora, ready.served_models)
-            if unserved:
-                raise ScenarioError(
-                    f"traffic.lora: the server does not serve {', '.join(unserved)} (its "
-                    f"/v1/models lists {', '.join(ready.served_models)}); nothing was sent")
-            if isinstance(server, VllmServer) and server.ports_taken:  # again on a fresh port
-                say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
-                    f"process before vLLM bound them; it runs on port {server.plan.port}")
-                provenance = provenance.updated(launch={
-                    **redact_secrets(server.plan.to_dict()),
-                    "ports_taken": list(server.ports_taken)})
-            provenance = provenance.updated(
-                vllm_version=ready.version, model_id=ready.model_id,
-                max_model_len=ready.max_model_len, server_url=server.base_url,
-                server_pid=getattr(server, "pid", None),
-                server_instance={**server.instance(), "label": spec.instance})
-            if spec.url is None:  # a launch's start-up: what the next experiment plans with
-                provenance = provenance.updated(server_ready_after_s=ready.ready_after_s)
-            provenance.write(run_dir, redact_secrets)
-            block_size = None
-            if traffic.prefix_cache.target_hit_rate is not None:
-                cache = prefix_cache_facts(server.base_url, spec)
-                block_size = cache.get("block_size")
-                if cache.get("enable_prefix_caching") is False:
-                    warnings.append("prefix cache: target_hit_rate is set but the server runs "
-                                    "with prefix caching off (--no-enable-prefix-caching)")
-            plan = prepare_plan(traffic, model_path, server.base_url, ready.model_id,
-                                ready.max_model_len, run_dir, api_key, block_size)
-            provenance = provenance.updated(plan={
-                "requests": len(plan.requests), "sha256": plan.sha256,
-                "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
-                "rejected": plan.rejected, "filtered": plan.filtered,
-                **({} if plan.prefix_cache is None else {"prefix_cache": plan.prefix_cache})})
-            warnings.extend(w for w in plan.warnings if w.startswith("prefix cache"))
-            say(f"plan: {len(plan.requests)} {traffic.profile} requests "
-                f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
-            if traffic.prefix_cache.resets:
-                provenance = provenance.updated(
-                    prefix_cache_reset=reset_prefix_cache(server.base_url, api_key))
-                if provenance.prefix_cache_reset != "reset":
-                    warnings.append(f"prefix cache {provenance.prefix_cache_reset}")
-            if traffic.prefix_cache.primes:
-                primed = prime_prefix_cache(server.base_url, traffic.endpoint, ready.model_id,
-                                            plan, api_key)
-                provenance = provenance.updated(prefix_cache_primed=primed)
-                say(f"prefix cache: {primed}")
-                if not primed.startswith("primed"):
-                    warnings.append(f"prefix cache {primed}")
-            split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
-            provenance = provenance.updated(core_split=split.to_dict())
-            if split.client_cores is not None:
-                say(f"cores: vLLM on {','.join(map(str, split.server_cores or ()))}, Locust on "
-                    f"{','.join(map(str, split.client_cores))} ({split.reason})")
-            workers = traffic.remote_workers or resolve_workers(
-                traffic, os.cpu_count() or 1, _server_share(spec.url, platform))
-            provenance = provenance.updated(locust_workers=workers)
-            if traffic.remote_workers:
-                provenance = provenance.updated(
-                    locust_master=f"{traffic.master_bind}:{traffic.master_port}")
-            LocustConfig(traffic=traffic, model_id=ready.model_id,
-                         api_key_env=spec.api_key_env, process_count=workers).write(run_dir)
-            recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
-            facts = server_facts(_launch_log(server), recorder.first_values)
-            (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))
-            if describe(facts):
-                say(describe(facts))
+    if spec.url is not None:
+        server = AttachedServer(spec.url, spec.served_model_name, spec.ready_timeout_s,
+                                trial.api_key)
+        say(redact_text(f"attaching to {spec.url} ..."))
+    else:
+        dev_mode = {"VLLM_SERVER_DEV_MODE": "1"} if traffic.prefix_cache.resets else {}
+        # may build the tiny model or its LoRA adapters first (seconds)
+        server = launch_vllm(spec, trial.platform, trial.run_dir / SERVER_LOG_FILE, dev_mode)
+        model_path = server.plan.argv[server.plan.argv.index("serve") + 1]
+        record.note(launch=redact_secrets(server.plan.to_dict()))
+        say(f"starting vLLM ({trial.platform}): {' '.join(redact_secrets(server.plan.argv))}")
+    log_hint = f" (its log: {server.log_path})" if isinstance(server, VllmServer) else ""
+    server.on_waiting = lambda text: say(redact_text(text) + log_hint)
+    with server:
+        ready = server.ready
+        assert ready is not None
+        say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
+            f"vLLM {ready.version}")
+        unserved = unserved_names(traffic.lora, ready.served_models)
+        if unserved:
+            raise ScenarioError(
+                f"traffic.lora: the server does not serve {', '.join(unserved)} (its "
+                f"/v1/models lists {', '.join(ready.served_models)}); nothing was sent")
+        if isinstance(server, VllmServer) and server.ports_taken:  # again on a fresh port
+            say(f"port(s) {', '.join(map(str, server.ports_taken))} were taken by another "
+                f"process before vLLM bound them; it runs on port {server.plan.port}")
+            record.note(launch={**redact_secrets(server.plan.to_dict()),
+                                "ports_taken": list(server.ports_taken)})
+        record.note(
+            vllm_version=ready.version, model_id=ready.model_id,
+            max_model_len=ready.max_model_len, server_url=server.base_url,
+            server_pid=getattr(server, "pid", None),
+            server_instance={**server.instance(), "label": spec.instance})
+        if spec.url is None:  # a launch's start-up: what the next experiment plans with
+            record.note(server_ready_after_s=ready.ready_after_s)
+        record.provenance.write(trial.run_dir, redact_secrets)
+        yield _Served(server, ready, model_path)
 
-            def show(elapsed_s: float, planned_s: float) -> None:
-                line = progress_line(run_dir, elapsed_s, planned_s)
-                say(f"\r{line}" if interactive else line)
 
-            arrival = traffic.arrival
-            load = (f"{arrival.kind} {arrival.peak_rate():g} req/s (max {arrival.max_in_flight} "
-                    f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
-                    f"{arrival.users} users")
-            say(f"traffic: {traffic.profile}, {load}, warm-up {traffic.warmup_s:g}s + "
-                f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
-                f"{workers} Locust worker process{'es' if workers > 1 else ''}")
-            if traffic.remote_workers:
-                host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
-                    else "<this host>"
-                say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "
-                    f"{REMOTE_WORKERS_WAIT_S:.0f}s); on each worker host, with the run folder "
-                    f"at the same path (shared file system), run:\n  "
-                    + " ".join(worker_argv(run_dir, traffic, host)))
-            def abort() -> str | None:  # the scenario's abort_on, on the rows flushed so far
-                if scenario.abort_on.error_rate is None:
-                    return None
-                ok = read_streams(stream_files(run_dir)).column("ok").to_pylist()
-                return scenario.abort_on.reason(len(ok), ok.count(False))
+def _plan_phase(trial: _Trial, served: _Served) -> None:
+    """Plan: the run's requests, counted in the server model's tokens, written to the run
+    folder (requests.parquet, what the Locust users send), and the prefix cache brought to
+    the state the traffic asks for (reset, primed)."""
+    spec, traffic, say, record = trial.spec, trial.traffic, trial.say, trial.record
+    server, ready, warnings = served.server, served.ready, record.status.warnings
+    block_size = None
+    if traffic.prefix_cache.target_hit_rate is not None:
+        cache = prefix_cache_facts(server.base_url, spec)
+        block_size = cache.get("block_size")
+        if cache.get("enable_prefix_caching") is False:
+            warnings.append("prefix cache: target_hit_rate is set but the server runs "
+                            "with prefix caching off (--no-enable-prefix-caching)")
+    plan = prepare_plan(traffic, served.model_path, server.base_url, ready.model_id,
+                        ready.max_model_len, trial.run_dir, trial.api_key, block_size)
+    record.note(plan={
+        "requests": len(plan.requests), "sha256": plan.sha256,
+        "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
+        "rejected": plan.rejected, "filtered": plan.filtered,
+        **({} if plan.prefix_cache is None else {"prefix_cache": plan.prefix_cache})})
+    warnings.extend(w for w in plan.warnings if w.startswith("prefix cache"))
+    say(f"plan: {len(plan.requests)} {traffic.profile} requests "
+        f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
+    if traffic.prefix_cache.resets:
+        record.note(prefix_cache_reset=reset_prefix_cache(server.base_url, trial.api_key))
+        if record.provenance.prefix_cache_reset != "reset":
+            warnings.append(f"prefix cache {record.provenance.prefix_cache_reset}")
+    if traffic.prefix_cache.primes:
+        primed = prime_prefix_cache(server.base_url, traffic.endpoint, ready.model_id,
+                                    plan, trial.api_key)
+        record.note(prefix_cache_primed=primed)
+        say(f"prefix cache: {primed}")
+        if not primed.startswith("primed"):
+            warnings.append(f"prefix cache {primed}")
 
-            start_at_unix_s = before_traffic()
-            # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
-            locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
-                                progress_interval_s=5.0 if interactive else 30.0, abort=abort,
-                                start_at_unix_s=start_at_unix_s, cores=split.client_cores)
-            if locust.aborted:
-                status.aborted = locust.aborted
-                say(f"aborted: {locust.aborted}")
-            recorder.stop()
-            status.server_failure = server.failure()
-            status.load_generator_failure = locust.failure
-    except ServerError as error:  # its text may quote the server's log (vLLM echoes its args)
-        error.args = (_scrubbed(str(error), spec, api_key),)
-        raise
-    except KeyboardInterrupt:
-        status.interrupted = True
-        say("interrupted: server stopped; rendering what was recorded")
-    finally:
-        provenance.write(run_dir, redact_secrets)
-        status.write(run_dir)
-        _scrub_server_log(run_dir / SERVER_LOG_FILE, spec, api_key)
+
+def _load_generator(trial: _Trial, served: _Served) -> _LoadGenerator:
+    """Locust's share of the host (its worker processes, its cores beside a launched server's)
+    and its configuration, written to the run folder."""
+    spec, traffic, say, record = trial.spec, trial.traffic, trial.say, trial.record
+    server = served.server
+    split = server.plan.core_split if isinstance(server, VllmServer) else NO_SPLIT
+    record.note(core_split=split.to_dict())
+    if split.client_cores is not None:
+        say(f"cores: vLLM on {','.join(map(str, split.server_cores or ()))}, Locust on "
+            f"{','.join(map(str, split.client_cores))} ({split.reason})")
+    workers = traffic.remote_workers or resolve_workers(
+        traffic, os.cpu_count() or 1, _server_share(spec.url, trial.platform))
+    record.note(locust_workers=workers)
+    if traffic.remote_workers:
+        record.note(locust_master=f"{traffic.master_bind}:{traffic.master_port}")
+    LocustConfig(traffic=traffic, model_id=served.ready.model_id,
+                 api_key_env=spec.api_key_env, process_count=workers).write(trial.run_dir)
+    return _LoadGenerator(workers, split.client_cores)
+
+
+def _traffic_phase(trial: _Trial, served: _Served,
+                   before_traffic: Callable[[], float | None]) -> None:
+    """Traffic: Locust sends the plan while the server's /metrics are recorded, until the
+    window ends or abort_on stops it; what failed on either side goes to the status."""
+    scenario, traffic, say, status = trial.scenario, trial.traffic, trial.say, trial.record.status
+    run_dir, server, interactive = trial.run_dir, served.server, trial.interactive
+    load = _load_generator(trial, served)
+    workers = load.workers
+    recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
+    facts = server_facts(_launch_log(server), recorder.first_values)
+    (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))
+    if describe(facts):
+        say(describe(facts))
+
+    def show(elapsed_s: float, planned_s: float) -> None:
+        line = progress_line(run_dir, elapsed_s, planned_s)
+        say(f"\r{line}" if interactive else line)
+
+    arrival = traffic.arrival
+    shape = (f"{arrival.kind} {arrival.peak_rate():g} req/s (max {arrival.max_in_flight} "
+             f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
+             f"{arrival.users} users")
+    say(f"traffic: {traffic.profile}, {shape}, warm-up {traffic.warmup_s:g}s + "
+        f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
+        f"{workers} Locust worker process{'es' if workers > 1 else ''}")
+    if traffic.remote_workers:
+        host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
+            else "<this host>"
+        say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "
+            f"{REMOTE_WORKERS_WAIT_S:.0f}s); on each worker host, with the run folder "
+            f"at the same path (shared file system), run:\n  "
+            + " ".join(worker_argv(run_dir, traffic, host)))
+
+    def abort() -> str | None:  # the scenario's abort_on, on the rows flushed so far
+        if scenario.abort_on.error_rate is None:
+            return None
+        ok = read_streams(stream_files(run_dir)).column("ok").to_pylist()
+        return scenario.abort_on.reason(len(ok), ok.count(False))
+
+    start_at_unix_s = before_traffic()
+    # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
+    locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
+                        progress_interval_s=5.0 if interactive else 30.0, abort=abort,
+                        start_at_unix_s=start_at_unix_s, cores=load.cores)
+    if locust.aborted:
+        status.aborted = locust.aborted
+        say(f"aborted: {locust.aborted}")
+    recorder.stop()
+    status.server_failure = server.failure()
+    status.load_generator_failure = locust.failure
+
+
+def _collect_phase(trial: _Trial) -> None:
+    """Collect: the workers' row files consolidated into the run's samples; the server's
+    outages found in them go to the status."""
+    run_dir, status = trial.run_dir, trial.record.status
     table = consolidate(run_dir)
     outages = table_outages(table)
     if outages:  # the server went away: when, for how long, what it cost (also in the report)
         start = min(table.column("send_unix_s").to_pylist())
         status.server_unreachable = [outage.to_json_dict(start) for outage in outages]
         status.write(run_dir)
-    rendered = render_run(run_dir)
+
+
+def _report_phase(trial: _Trial) -> tuple[ExitCode, RenderedRun]:
+    """Report: summary, verdicts and reports rendered from the run folder; the exit code."""
+    rendered = render_run(trial.run_dir)
     return ExitCode(rendered.summary["exit_code"]), rendered
+
+
+def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
+              before_traffic: Callable[[], float | None] = lambda: None
+              ) -> tuple[ExitCode, RenderedRun]:
+    """One full run in `run_dir`, phase by phase: server up, plan (and the prefix cache
+    reset or primed), Locust's traffic, server down, rows collected, report.
+    `before_traffic` is called once the server is ready and the plan made, right before
+    Locust starts; it may return a wall-clock instant (Unix s) at which Locust is to start
+    its traffic (side-by-side trials wait there for each other and agree on one). Whatever
+    phase fails, the server is stopped and provenance.json and run_status.json are written."""
+    trial = _open_trial(scenario, run_dir, say)
+    spec, record = scenario.server, trial.record
+    try:  # from here a Ctrl-C / SIGTERM (a tune's or experiment's watchdog) is an interrupted run
+        with _server_phase(trial) as served:
+            _plan_phase(trial, served)
+            _traffic_phase(trial, served, before_traffic)
+    except ServerError as error:  # its text may quote the server's log (vLLM echoes its args)
+        error.args = (_scrubbed(str(error), spec, trial.api_key),)
+        raise
+    except KeyboardInterrupt:
+        record.status.interrupted = True
+        say("interrupted: server stopped; rendering what was recorded")
+    finally:
+        record.provenance.write(trial.run_dir, redact_secrets)
+        record.status.write(trial.run_dir)
+        _scrub_server_log(trial.run_dir / SERVER_LOG_FILE, spec, trial.api_key)
+    _collect_phase(trial)
+    return _report_phase(trial)
