@@ -72,6 +72,7 @@ from vllm_slo.scenarios.loader import (
 )
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
+from vllm_slo.serialise import to_json
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.side_by_side import PlacedTrial, place, run_round
 from vllm_slo.stats.sequential import CellDecision
@@ -277,11 +278,12 @@ class _Rounds:
         reason = action.reason if action.stop and action.reason else "interrupted"
         if reason == "interrupted":
             rounds = max(rounds, self.rounds_before)
-        stopping = Stopping(reason, rounds, looks_taken(rounds, trials.min), trials.min,
-                            trials.max, trials.budget_s, round(elapsed_s, 3),
-                            action.detail.split("\n")[0] if action.stop else "")
+        stopping = Stopping(reason=reason, rounds=rounds, looks=looks_taken(rounds, trials.min),
+                            min_trials=trials.min, max_trials=trials.max,
+                            budget_s=trials.budget_s, elapsed_s=round(elapsed_s, 3),
+                            detail=action.detail.split("\n")[0] if action.stop else "")
         (self.run_dir / STOPPING_FILE).write_text(
-            json.dumps(stopping.to_json_dict(), indent=2) + "\n")
+            json.dumps(to_json(stopping), indent=2) + "\n")
         return stopping
 
     def _look(self, rounds: int) -> list[CellDecision]:

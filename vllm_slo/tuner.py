@@ -79,6 +79,7 @@ from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.serialise import json_field, to_json
 from vllm_slo.servers.server_facts import effective_engine_args
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import resolve_model_path
@@ -95,15 +96,13 @@ class _Interrupted(Exception):
     """A trial was interrupted (Ctrl-C, SIGTERM): no further trials."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate:
-    name: str  # c01, c02, ... in the order they were first needed
+    # c01, c02, ... in the order they were first needed (the key candidates.json writes it by)
+    name: str = json_field(skip=True)
     args: dict[str, Any]  # the complete `vllm serve` args
     changed: dict[str, Any]  # what differs from the scenario's own server args
     origin: str
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"args": self.args, "changed": self.changed, "origin": self.origin}
 
 
 def latency_cell(scenario: Scenario) -> str:
@@ -206,7 +205,8 @@ class Tune:
             raise ScenarioError(f"the tune needs more than tune.max_candidates = "
                                 f"{self.spec.max_candidates} candidates")
         name = f"c{len(self.candidates) + 1:02d}"
-        candidate = Candidate(name, dict(args), self._changed(args), origin)
+        candidate = Candidate(name=name, args=dict(args), changed=self._changed(args),
+                              origin=origin)
         self.candidates[name] = candidate
         self.by_args[key] = name
         self.folders[name] = []
@@ -240,7 +240,7 @@ class Tune:
                                                   {"server": {"args": changed}}))
 
     def _save_candidates(self) -> None:
-        document = {name: c.to_json_dict() for name, c in self.candidates.items()}
+        document = {name: to_json(c) for name, c in self.candidates.items()}
         (self.run_dir / CANDIDATES_FILE).write_text(
             json.dumps(redact_secrets(document), indent=2) + "\n")
 
@@ -303,12 +303,15 @@ class Tune:
         verdicts = ([slo_across_trials(group, rule).verdict.value
                      for rule in self.base.slo.rules()] if group.valid_trials else [])
         return CandidateResult(
-            candidate.name, candidate.args, candidate.changed, candidate.origin,
-            tuple(objective_values),
-            tuple(failures), sum(1 for t in trials if not t.valid), _verdict(verdicts),
-            sum(preemptions) if preemptions else None,
-            tuple(group.values(THROUGHPUT_CELL)), tuple(group.values(latency_cell(self.base))),
-            tuple(sorted(gpu_sets - {""})))
+            name=candidate.name, origin=candidate.origin, changed=candidate.changed,
+            args=candidate.args, objective_values=tuple(objective_values),
+            start_failures=tuple(failures),
+            invalid_trials=sum(1 for t in trials if not t.valid),
+            slo_verdict=_verdict(verdicts),
+            preemptions=sum(preemptions) if preemptions else None,
+            throughput_values=tuple(group.values(THROUGHPUT_CELL)),
+            latency_values=tuple(group.values(latency_cell(self.base))),
+            gpu_sets=tuple(sorted(gpu_sets - {""})))
 
     # the search -------------------------------------------------------------------------
 

@@ -308,11 +308,12 @@ def test_tune_report_renders_in_chromium(browser) -> None:
     def candidate(name: str, seqs: int, goodput: tuple[float, ...], *,
                   failures: tuple[str, ...] = (), given: bool = False) -> CandidateResult:
         args = {"max-num-seqs": seqs}
-        return CandidateResult(name, args, {} if given else args,
-                               "as given" if given else "grid", () if failures else goodput,
-                               failures, 0, "none" if failures else "PASS", 0.0,
-                               tuple(100 * g for g in goodput) if not failures else (),
-                               tuple(1 / g for g in goodput) if not failures else ())
+        return CandidateResult(
+            name=name, origin="as given" if given else "grid", changed={} if given else args,
+            args=args, objective_values=() if failures else goodput, start_failures=failures,
+            slo_verdict="none" if failures else "PASS", preemptions=0.0,
+            throughput_values=tuple(100 * g for g in goodput) if not failures else (),
+            latency_values=tuple(1 / g for g in goodput) if not failures else ())
 
     scenario = Scenario.model_validate({
         "name": "browser-tune", "description": XSS, "slo": {"ttft": ["p90 < 1s"]},

@@ -10,7 +10,8 @@ folders back) sits on `analysis`; `run_folder` (the run folder's format) on `sce
 `transport` (the streaming HTTP client and SSE that readiness, /metrics scraping and the
 Locust users share; process groups, CPU affinity, ports) imports nothing of the suite;
 `loadtests` and `servers` never import each other; every layer may use the leaves
-`vllm_slo.resources` (where the user folders are) and `vllm_slo.redaction`. Every import of
+`vllm_slo.resources` (where the user folders are), `vllm_slo.redaction` and
+`vllm_slo.serialise` (the result types' one JSON serialiser). Every import of
 the suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
 module), and only the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the
 greenlets they run: the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and
@@ -44,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "transport": {"transport"},
 }
 # leaf modules any layer may import: they import nothing of the suite (checked below)
-LEAVES = ("vllm_slo.resources", "vllm_slo.redaction")
+LEAVES = ("vllm_slo.resources", "vllm_slo.redaction", "vllm_slo.serialise")
 LOCUST_NAMES = ("locust", "gevent")
 # greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
 # for Locust itself (installed by the locustfile)

@@ -25,6 +25,7 @@ from vllm_slo.loadtests.prefix_shaping import (
     shared_blocks,
 )
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
+from vllm_slo.serialise import to_json
 
 
 def traffic(**prefix_cache: object) -> TrafficSpec:
@@ -259,7 +260,7 @@ def test_verdict_against_tolerance(achieved_hits: int, verdict: str) -> None:
     else:
         assert warning is not None and warning.startswith(WARNING_NAME)
         assert f"{achieved_hits / 1000:.3f}" in warning
-    assert check.to_json_dict()["achieved_hit_rate"] == achieved_hits / 1000
+    assert to_json(check)["achieved_hit_rate"] == achieved_hits / 1000
 
 
 def test_unverified_without_counters_or_queries() -> None:
@@ -300,8 +301,8 @@ def test_report_rows_schema_and_terminal_line_show_target_achieved_and_verdict()
                              / "summary.schema.json").read_text())
         jsonschema.Draft202012Validator(
             schema["properties"]["traffic"]["properties"]["prefix_cache"]).validate(
-                check.to_json_dict())
+                to_json(check))
     plain = TrafficFacts(**{**{f: getattr(traffic, f) for f in TrafficFacts.__slots__},
                             "prefix_cache": None})
-    assert "prefix_cache" not in plain.to_json_dict()
+    assert "prefix_cache" not in to_json(plain)
     assert prefix_cache_line(SimpleNamespace(traffic=plain)) is None  # type: ignore[arg-type]

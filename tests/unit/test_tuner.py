@@ -42,10 +42,12 @@ class FakeTune(tuner.Tune):
     def result(self, candidate) -> CandidateResult:
         seqs = candidate.args["max-num-seqs"]
         goodput = seqs + (0.5 if candidate.args.get("enable-prefix-caching") else 0.0)
-        return CandidateResult(candidate.name, candidate.args, candidate.changed,
-                               candidate.origin, (goodput, goodput + 0.1), (), 0,
-                               "FAIL" if seqs >= 16 else "PASS", 0.0,
-                               (100.0 * goodput,) * 2, (1.0 / goodput,) * 2)
+        return CandidateResult(name=candidate.name, origin=candidate.origin,
+                               changed=candidate.changed, args=candidate.args,
+                               objective_values=(goodput, goodput + 0.1),
+                               slo_verdict="FAIL" if seqs >= 16 else "PASS", preemptions=0.0,
+                               throughput_values=(100.0 * goodput,) * 2,
+                               latency_values=(1.0 / goodput,) * 2)
 
 
 @pytest.fixture(autouse=True)
@@ -194,9 +196,11 @@ class DefaultsTune(tuner.Tune):
     def result(self, candidate) -> CandidateResult:
         budget = candidate.args.get("max-num-batched-tokens", 8192)
         value = {4096: 10.0, 8192: 9.0, 16384: 8.0}[budget]
-        return CandidateResult(candidate.name, candidate.args, candidate.changed,
-                               candidate.origin, (value, value + 0.1), (), 0, "PASS", 0.0,
-                               (value,) * 2, (1.0 / value,) * 2)
+        return CandidateResult(name=candidate.name, origin=candidate.origin,
+                               changed=candidate.changed, args=candidate.args,
+                               objective_values=(value, value + 0.1), slo_verdict="PASS",
+                               preemptions=0.0, throughput_values=(value,) * 2,
+                               latency_values=(1.0 / value,) * 2)
 
 
 def test_a_search_step_at_vllms_own_default_is_the_as_given_candidate(tmp_path: Path) -> None:

@@ -41,9 +41,11 @@ def result(name: str, values: tuple[float, ...], *, verdict: str = "PASS",
            throughput: tuple[float, ...] = (), latency: tuple[float, ...] = (),
            args: dict | None = None) -> CandidateResult:
     args = args or {"max-num-seqs": int(name[1:])}
-    return CandidateResult(name, args, args, "grid", values, failures, 0, verdict, preemptions,
-                           throughput or tuple(100 * v for v in values),
-                           latency or tuple(0.1 for _ in values))
+    return CandidateResult(name=name, origin="grid", changed=args, args=args,
+                           objective_values=values, start_failures=failures,
+                           slo_verdict=verdict, preemptions=preemptions,
+                           throughput_values=throughput or tuple(100 * v for v in values),
+                           latency_values=latency or tuple(0.1 for _ in values))
 
 
 def search(**fields) -> SearchSpec:
@@ -221,8 +223,11 @@ def test_tune_exit_codes() -> None:
 def given(values: tuple[float, ...], failures: tuple[str, ...] = (),
           verdict: str = "PASS") -> CandidateResult:
     """The scenario's own args (nothing changed), as tune.baseline runs them."""
-    return CandidateResult("c01", {"max-num-seqs": 4}, {}, GIVEN_ORIGIN, values, failures, 0,
-                           verdict, 0.0, tuple(100 * v for v in values), (0.1,) * len(values))
+    return CandidateResult(name="c01", origin=GIVEN_ORIGIN, changed={},
+                           args={"max-num-seqs": 4}, objective_values=values,
+                           start_failures=failures, slo_verdict=verdict, preemptions=0.0,
+                           throughput_values=tuple(100 * v for v in values),
+                           latency_values=(0.1,) * len(values))
 
 
 def test_the_gain_over_the_scenarios_own_args_is_best_over_given_per_trial(tmp_path: Path
@@ -317,8 +322,8 @@ def test_candidates_from_different_machines_are_named_in_a_warning() -> None:
     UUID); the summary names which ran where and asks for an A/B on one machine."""
     def on(name: str, values: tuple[float, ...], *gpus: str) -> CandidateResult:
         base = result(name, values, args={"max-num-seqs": int(name[1:])})
-        return CandidateResult(base.name, base.args, base.changed, base.origin, values,
-                               gpu_sets=gpus)
+        return CandidateResult(name=base.name, origin=base.origin, changed=base.changed,
+                               args=base.args, objective_values=values, gpu_sets=gpus)
 
     one_machine = [on("c1", (1.0, 1.1), "GPU-aaaaaaaaaaaa-1"), on("c2", (2.0, 2.1),
                                                                   "GPU-aaaaaaaaaaaa-1")]

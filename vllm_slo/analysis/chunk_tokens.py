@@ -16,15 +16,16 @@ Definitions (docs/measurement.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
 
 from vllm_slo.analysis.chunk_times import list_values
+from vllm_slo.serialise import derive
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StreamFacts:
     """What the streams carried over the measured successful requests: tokens per chunk (by
     per-chunk usage) and the reasoning phase. None: nothing to count it over."""
@@ -33,34 +34,29 @@ class StreamFacts:
     tokens_per_chunk_mean: float | None
     multi_token_chunk_share: float | None  # chunks that carried 2 tokens or more
     tokens_per_chunk_max: int | None
+    chunk_tokens_source: str = field(init=False)  # where the per-chunk counts came from
     requests_without_chunk_tokens: int  # ok requests whose server sent no per-chunk usage
     reasoning_requests: int  # ok requests with at least one reasoning chunk
     reasoning_without_answer: int  # ... of which never sent answer content
     reasoning_tokens_mean: float | None  # per reasoning request (server's count where sent)
 
-    @property
-    def chunk_tokens_source(self) -> str:
-        """Where the per-chunk counts came from, in words."""
-        if self.requests_without_chunk_tokens == 0:
-            return "per-chunk usage" if self.chunks else "none"
-        if self.chunks:
-            return "per-chunk usage (some requests unknown)"
-        return "unknown (no per-chunk usage)"
-
-    def to_json_dict(self) -> dict[str, object]:
-        return {"chunks": self.chunks, "tokens_per_chunk_mean": self.tokens_per_chunk_mean,
-                "multi_token_chunk_share": self.multi_token_chunk_share,
-                "tokens_per_chunk_max": self.tokens_per_chunk_max,
-                "chunk_tokens_source": self.chunk_tokens_source,
-                "requests_without_chunk_tokens": self.requests_without_chunk_tokens,
-                "reasoning_requests": self.reasoning_requests,
-                "reasoning_without_answer": self.reasoning_without_answer,
-                "reasoning_tokens_mean": self.reasoning_tokens_mean}
+    def __post_init__(self) -> None:
+        derive(self, chunk_tokens_source=_chunk_tokens_source(
+            self.chunks, self.requests_without_chunk_tokens))
 
     @classmethod
     def from_json_dict(cls, data: dict[str, object]) -> StreamFacts:
-        fields = {name: data[name] for name in cls.__dataclass_fields__}
-        return cls(**fields)  # type: ignore[arg-type]
+        given = {f.name: data[f.name] for f in fields(cls) if f.init}
+        return cls(**given)  # type: ignore[arg-type]
+
+
+def _chunk_tokens_source(chunks: int, requests_without_chunk_tokens: int) -> str:
+    """Where the per-chunk counts came from, in words."""
+    if requests_without_chunk_tokens == 0:
+        return "per-chunk usage" if chunks else "none"
+    if chunks:
+        return "per-chunk usage (some requests unknown)"
+    return "unknown (no per-chunk usage)"
 
 
 def token_gaps_in_arrival_order(offset_lists: pa.ListArray, token_lists: pa.ListArray,

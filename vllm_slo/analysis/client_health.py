@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from vllm_slo.serialise import derive, json_field
 
 LAG_BUCKETS_PER_OCTAVE = 4  # vllm_slo/loadtests/client_monitor.py writes these buckets
 LAG_BUCKET_FLOOR_S = 1e-6
@@ -51,16 +53,13 @@ def _finite(value: float | None) -> float | None:
     return float(value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TimeWeighted:
     """A count over time (requests in flight, busy users): time-weighted mean, min and max."""
 
     mean: float
     min: int
     max: int
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "min": self.min, "max": self.max}
 
 
 def time_weighted_count(starts: np.ndarray, ends: np.ndarray, window_start: float,
@@ -84,11 +83,11 @@ def time_weighted_count(starts: np.ndarray, ends: np.ndarray, window_start: floa
     lengths = np.diff(np.append(times, window_end))
     held = counts[lengths > 0]
     if held.size == 0:
-        return TimeWeighted(mean, 0, 0)
-    return TimeWeighted(mean, int(held.min()), int(held.max()))
+        return TimeWeighted(mean=mean, min=0, max=0)
+    return TimeWeighted(mean=mean, min=int(held.min()), max=int(held.max()))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Concurrency:
     """Achieved concurrency over the judged window (see the module docstring)."""
 
@@ -98,35 +97,19 @@ class Concurrency:
     target_users: int | None  # closed loop (constant users); None: open loop or stages
     think_time_s: float
     in_flight: TimeWeighted
+    in_flight_share: float | None = field(init=False)  # mean in flight / target_users
     busy: TimeWeighted | None  # closed loop only
+    busy_share: float | None = field(init=False)  # mean busy users / target_users
     resend_gaps: int
     resend_gap_p50_s: float | None
     resend_gap_p99_s: float | None
     resend_gap_max_s: float | None
 
-    @property
-    def in_flight_share(self) -> float | None:
-        return None if not self.target_users else self.in_flight.mean / self.target_users
-
-    @property
-    def busy_share(self) -> float | None:
-        if not self.target_users or self.busy is None:
-            return None
-        return self.busy.mean / self.target_users
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "window_start_unix_s": self.window_start_unix_s, "window_s": self.window_s,
-            "ramp_in_window_s": self.ramp_in_window_s,
-            "target_users": self.target_users, "think_time_s": self.think_time_s,
-            "in_flight": self.in_flight.to_json_dict(),
-            "in_flight_share": _finite(self.in_flight_share),
-            "busy": None if self.busy is None else self.busy.to_json_dict(),
-            "busy_share": _finite(self.busy_share),
-            "resend_gaps": self.resend_gaps, "resend_gap_p50_s": self.resend_gap_p50_s,
-            "resend_gap_p99_s": self.resend_gap_p99_s,
-            "resend_gap_max_s": self.resend_gap_max_s,
-        }
+    def __post_init__(self) -> None:
+        users = self.target_users
+        derive(self, in_flight_share=None if not users else _finite(self.in_flight.mean / users),
+               busy_share=(None if not users or self.busy is None
+                           else _finite(self.busy.mean / users)))
 
 
 def float_column(table: pa.Table, name: str) -> np.ndarray:
@@ -253,7 +236,7 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
         resend_gap_max_s=float(gaps.max()) if gaps.size else None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopLag:
     """Event-loop lag (how late a short timer woke), pooled over the window's seconds."""
 
@@ -261,10 +244,6 @@ class LoopLag:
     p99_s: float
     max_s: float
     samples: int
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"p50_s": self.p50_s, "p99_s": self.p99_s, "max_s": self.max_s,
-                "samples": self.samples}
 
 
 def lag_bucket_upper_s(bucket: int) -> float:
@@ -295,11 +274,11 @@ def pooled_loop_lag(records: Sequence[Mapping[str, Any]]) -> LoopLag | None:
         index = int(np.searchsorted(cumulative, q / 100.0 * total, side="left"))
         return lag_bucket_upper_s(buckets[min(index, len(buckets) - 1)])
 
-    return LoopLag(percentile(50), percentile(99), max(maxima, default=percentile(100)),
-                   int(total))
+    return LoopLag(p50_s=percentile(50), p99_s=percentile(99),
+                   max_s=max(maxima, default=percentile(100)), samples=int(total))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerHealth:
     """One Locust process over the window: CPU (fraction of a core per second), its loop lag,
     and its socket reads / SSE events."""
@@ -313,15 +292,8 @@ class WorkerHealth:
     sse_events: int
     gc: GcSummary | None = None  # None: records without GC fields (older runs)
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"process_id": self.process_id, "seconds": self.seconds,
-                "cpu_p50": self.cpu_p50, "cpu_max": self.cpu_max,
-                "loop_lag": None if self.loop_lag is None else self.loop_lag.to_json_dict(),
-                "socket_reads": self.socket_reads, "sse_events": self.sse_events,
-                "gc": None if self.gc is None else self.gc.to_json_dict()}
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GcSummary:
     """The cyclic collector's pauses in one Locust process over the window."""
 
@@ -329,17 +301,14 @@ class GcSummary:
     total_s: float
     max_s: float
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"pauses": self.pauses, "total_s": self.total_s, "max_s": self.max_s}
-
 
 def gc_summary(records: Sequence[Mapping[str, Any]]) -> GcSummary | None:
     with_gc = [r for r in records if isinstance(r.get("gc_pauses"), int)]
     if not with_gc:
         return None
-    return GcSummary(sum(int(r["gc_pauses"]) for r in with_gc),
-                     round(sum(float(r["gc_pause_total_s"]) for r in with_gc), 7),
-                     max(float(r["gc_pause_max_s"]) for r in with_gc))
+    return GcSummary(pauses=sum(int(r["gc_pauses"]) for r in with_gc),
+                     total_s=round(sum(float(r["gc_pause_total_s"]) for r in with_gc), 7),
+                     max_s=max(float(r["gc_pause_max_s"]) for r in with_gc))
 
 
 def records_in_window(records: Sequence[Mapping[str, Any]], start: float, end: float
@@ -376,52 +345,34 @@ def worker_health(records: Sequence[Mapping[str, Any]]) -> tuple[WorkerHealth, .
     return tuple(workers)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientHealth:
     """The load generator's own health over the judged window, and the criterion's verdict:
     `reasons` is non-empty exactly when the client was the bottleneck."""
 
+    healthy: bool = field(init=False)  # no reason
+    reasons: tuple[str, ...]
+    max_loop_lag_p99_s: float = json_field(group="criterion")
+    min_held_concurrency: float = json_field(group="criterion")
+    # the suite's own Locust processes recorded themselves (not an import)
+    monitored: bool = json_field(group="criterion", init=False)
     concurrency: Concurrency | None
     loop_lag: LoopLag | None  # all workers pooled
-    workers: tuple[WorkerHealth, ...]
+    events_per_read: float | None = field(init=False)  # SSE events / socket reads, all workers
     chunks_per_token: float | None  # content chunks / output tokens, successful measured rows
-    max_loop_lag_p99_s: float
-    min_held_concurrency: float
-    reasons: tuple[str, ...]
+    workers: tuple[WorkerHealth, ...]
 
-    @property
-    def monitored(self) -> bool:
-        """The suite's own Locust processes recorded themselves (not an import)."""
-        return any(worker.loop_lag is not None for worker in self.workers)
+    def __post_init__(self) -> None:
+        reads = sum(worker.socket_reads for worker in self.workers)
+        events = sum(worker.sse_events for worker in self.workers)
+        derive(self, healthy=not self.reasons,
+               monitored=any(worker.loop_lag is not None for worker in self.workers),
+               events_per_read=_finite(events / reads) if reads else None)
 
     @property
     def worst_loop_lag(self) -> WorkerHealth | None:
         lagged = [w for w in self.workers if w.loop_lag is not None]
         return max(lagged, key=_loop_lag_p99_s) if lagged else None
-
-    @property
-    def events_per_read(self) -> float | None:
-        reads = sum(worker.socket_reads for worker in self.workers)
-        events = sum(worker.sse_events for worker in self.workers)
-        return events / reads if reads else None
-
-    @property
-    def healthy(self) -> bool:
-        return not self.reasons
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "healthy": self.healthy,
-            "reasons": list(self.reasons),
-            "criterion": {"max_loop_lag_p99_s": self.max_loop_lag_p99_s,
-                          "min_held_concurrency": self.min_held_concurrency,
-                          "monitored": self.monitored},
-            "concurrency": None if self.concurrency is None else self.concurrency.to_json_dict(),
-            "loop_lag": None if self.loop_lag is None else self.loop_lag.to_json_dict(),
-            "events_per_read": _finite(self.events_per_read),
-            "chunks_per_token": self.chunks_per_token,
-            "workers": [worker.to_json_dict() for worker in self.workers],
-        }
 
 
 def chunks_per_token(table: pa.Table) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.stats.sequential import (
@@ -152,13 +152,6 @@ class TimeEstimate:
         if self.budget_s is None or per_round_s <= 0:
             return self.max_trials
         return min(self.max_trials, int(self.budget_s // per_round_s))
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"startup_s": self.startup_s, "startup_source": self.startup_source,
-                "window_s": self.window_s, "server_starts": [self.server_starts(self.min_trials),
-                                                             self.server_starts(self.max_trials)],
-                "server_time_s": [self.server_time_s(self.min_trials),
-                                  self.server_time_s(self.max_trials)]}
 
 
 def time_estimate(scenario: Scenario, startup_s: float, startup_source: str) -> TimeEstimate:

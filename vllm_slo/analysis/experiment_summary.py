@@ -1,7 +1,7 @@
 """An experiment's (trials × variants) or a comparison's (saved runs) summary as one frozen
 typed value (pure): per-variant statistics across trials, SLO verdicts from across-trial
 confidence intervals, comparisons between groups (benchstat table), trial planning and the
-provenance that differs. `ExperimentSummary.to_json_dict` is its one serialisation
+provenance that differs. `serialise.to_json(summary)` is its one serialisation
 (reports/schema/experiment-summary.schema.json); the renderers read the typed value."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -42,6 +42,7 @@ from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.slo import SloRule
+from vllm_slo.serialise import derive, json_field
 from vllm_slo.stats.sequential import (
     CellDecision,
     CellDecisionWord,
@@ -64,7 +65,7 @@ def _optional(estimate: Estimate | None) -> ReportedEstimate | None:
     return None if estimate is None else ReportedEstimate.of(estimate)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrialEntry:
     folder: str  # experiment: the trial folder's name; comparison: the run folder's path
     position: int
@@ -76,50 +77,40 @@ class TrialEntry:
     def valid(self) -> bool:
         return not self.invalid_reasons
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"folder": self.folder, "position": self.position, "exit_code": self.exit_code,
-                "invalid_reasons": list(self.invalid_reasons), "cells": dict(self.cells)}
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VariantEntry:
     """One variant of an experiment, or one compared run (an experiment's variant)."""
 
-    label: str
+    label: str = json_field(skip=True)  # the key the summary writes it under
     trials: tuple[TrialEntry, ...]
+    valid_trials: int = field(init=False)
     # per cell (compared cells, then SLO cells): the trial-level estimate across valid trials,
     # geometric mean with a t interval on logs (t-log-across-trials; raw t when a value <= 0)
     cells: Mapping[str, ReportedEstimate]
+    # per cell, the per-trial values the statistics used (`values`)
+    trial_values: Mapping[str, list[float]] = field(init=False)
     slos: tuple[SloEntry, ...]
-    server_args: Mapping[str, Any] | None = None  # experiment only: its `vllm serve` args
+    # experiment only: its `vllm serve` args
+    server_args: Mapping[str, Any] | None = json_field(default=None, omit_none=True)
 
-    @property
-    def valid_trials(self) -> int:
-        return sum(1 for trial in self.trials if trial.valid)
+    def __post_init__(self) -> None:
+        derive(self, valid_trials=sum(1 for trial in self.trials if trial.valid),
+               trial_values={cell: self.values(cell) for cell in self.cells})
 
     def values(self, cell: str) -> list[float]:
         """The per-trial values the statistics used: valid trials that have one."""
         return [value for trial in self.trials if trial.valid
                 for value in (trial.cells.get(cell),) if value is not None]
 
-    def to_json_dict(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "trials": [trial.to_json_dict() for trial in self.trials],
-            "valid_trials": self.valid_trials,
-            "cells": {cell: estimate.to_json_dict() for cell, estimate in self.cells.items()},
-            "trial_values": {cell: self.values(cell) for cell in self.cells},
-            "slos": [slo.to_json_dict() for slo in self.slos],
-        }
-        if self.server_args is not None:
-            document["server_args"] = dict(self.server_args)
-        return document
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CellComparisonEntry:
     cell: str
     baseline: str
     candidate: str
+    # the cell's test: the comparison's (compare.test), or mann-whitney where values <= 0
+    test: str = "mann-whitney"
     n_baseline: int
     n_candidate: int
     center_baseline: float | None
@@ -146,43 +137,27 @@ class CellComparisonEntry:
     display: str  # the table's cell: "~ +4.1% [-9.0%, +18.7%] (99.2% CI, p=1 n=5+5)"
     warnings: tuple[str, ...]
     decision: DecisionEntry | None = None  # experiments: the design's decision at its last look
-    # the cell's test: the comparison's (compare.test), or mann-whitney where values <= 0
-    test: str = "mann-whitney"
 
     @classmethod
     def of(cls, item: CellComparison) -> CellComparisonEntry:
         result = item.comparison
-        return cls(item.cell, item.baseline, item.candidate, int(result.n_a), int(result.n_b),
-                   _number(result.center_a), _number(result.center_b), _number(result.p_value),
-                   _number(result.p_adjusted), bool(result.significant), float(result.alpha),
-                   bool(result.testable), int(result.family_size), int(result.holm_factor),
-                   float(result.interval_confidence),
-                   ReportedEstimate.of(result.shift), ReportedEstimate.of(result.ratio),
-                   _optional(result.shift_range), _optional(result.ratio_range),
-                   bool(result.interval_agrees), format_change_interval(item.cell, result),
-                   format_change(item.cell, result),
-                   tuple(result.warnings), test=result.test)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "cell": self.cell, "baseline": self.baseline, "candidate": self.candidate,
-            "test": self.test, "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
-            "center_baseline": self.center_baseline, "center_candidate": self.center_candidate,
-            "p_value": self.p_value, "p_adjusted": self.p_adjusted,
-            "significant": self.significant, "alpha": self.alpha, "testable": self.testable,
-            "family_size": self.family_size, "holm_factor": self.holm_factor,
-            "interval_confidence": self.interval_confidence,
-            "shift": self.shift.to_json_dict(), "ratio": self.ratio.to_json_dict(),
-            "shift_range": None if self.shift_range is None else self.shift_range.to_json_dict(),
-            "ratio_range": None if self.ratio_range is None else self.ratio_range.to_json_dict(),
-            "interval_agrees": self.interval_agrees, "change": self.change,
-            "display": self.display,
-            "warnings": list(self.warnings),
-            "decision": None if self.decision is None else self.decision.to_json_dict(),
-        }
+        return cls(
+            cell=item.cell, baseline=item.baseline, candidate=item.candidate, test=result.test,
+            n_baseline=int(result.n_a), n_candidate=int(result.n_b),
+            center_baseline=_number(result.center_a), center_candidate=_number(result.center_b),
+            p_value=_number(result.p_value), p_adjusted=_number(result.p_adjusted),
+            significant=bool(result.significant), alpha=float(result.alpha),
+            testable=bool(result.testable), family_size=int(result.family_size),
+            holm_factor=int(result.holm_factor),
+            interval_confidence=float(result.interval_confidence),
+            shift=ReportedEstimate.of(result.shift), ratio=ReportedEstimate.of(result.ratio),
+            shift_range=_optional(result.shift_range), ratio_range=_optional(result.ratio_range),
+            interval_agrees=bool(result.interval_agrees),
+            change=format_change_interval(item.cell, result),
+            display=format_change(item.cell, result), warnings=tuple(result.warnings))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionEntry:
     """A compared cell's decision at the experiment's last look (analysis.sequential): changed,
     equivalent within ±compare.effect, or undecided, with that look's Holm-adjusted p-values,
@@ -195,20 +170,23 @@ class DecisionEntry:
     p_change: float | None
     p_equivalence: float | None
     alpha_look: float
-    effect: float
-    ratio: ReportedEstimate  # at the look shown, at its level (CellDecision)
-    warnings: tuple[str, ...]
     shown_trials: int = 0  # the look whose test decided the cell (the current one if not)
     p_shown: float | None = None  # that test's unadjusted p there
     level_shown: float = 0.0  # the boundary it was held to there
+    effect: float
+    ratio: ReportedEstimate  # at the look shown, at its level (CellDecision)
+    warnings: tuple[str, ...]
 
     @classmethod
     def of(cls, item: CellDecision, test: str, trials_per_arm: int, effect: float
            ) -> DecisionEntry:
-        return cls(item.decision, test, trials_per_arm, item.decision_trials,
-                   _number(item.p_change), _number(item.p_equivalence), float(item.alpha_look),
-                   effect, ReportedEstimate.of(item.ratio), tuple(item.warnings),
-                   item.shown_trials, _number(item.p_shown), float(item.level_shown))
+        return cls(decision=item.decision, test=test, trials_per_arm=trials_per_arm,
+                   decided_at_trials=item.decision_trials, p_change=_number(item.p_change),
+                   p_equivalence=_number(item.p_equivalence),
+                   alpha_look=float(item.alpha_look), shown_trials=item.shown_trials,
+                   p_shown=_number(item.p_shown), level_shown=float(item.level_shown),
+                   effect=effect, ratio=ReportedEstimate.of(item.ratio),
+                   warnings=tuple(item.warnings))
 
     @property
     def text(self) -> str:
@@ -227,18 +205,8 @@ class DecisionEntry:
         return (f"{self.decision} {shown}({what}{p_text} at {self.shown_trials} trials per "
                 f"variant, {self.test})")
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"decision": self.decision, "test": self.test,
-                "trials_per_arm": self.trials_per_arm,
-                "decided_at_trials": self.decided_at_trials, "p_change": self.p_change,
-                "p_equivalence": self.p_equivalence, "alpha_look": self.alpha_look,
-                "shown_trials": self.shown_trials, "p_shown": self.p_shown,
-                "level_shown": self.level_shown,
-                "effect": self.effect, "ratio": self.ratio.to_json_dict(),
-                "warnings": list(self.warnings)}
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stopping:
     """Why an experiment's rounds ended (the runner writes it to stopping.json after every
     round; the summary echoes it): `rounds` completed (one trial per variant each), `looks`
@@ -255,14 +223,10 @@ class Stopping:
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> Stopping:
-        return cls(data["reason"], int(data["rounds"]), int(data["looks"]),
-                   int(data["min_trials"]), int(data["max_trials"]), data.get("budget_s"),
-                   float(data["elapsed_s"]), str(data.get("detail", "")))
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "rounds": self.rounds, "looks": self.looks,
-                "min_trials": self.min_trials, "max_trials": self.max_trials,
-                "budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "detail": self.detail}
+        return cls(reason=data["reason"], rounds=int(data["rounds"]), looks=int(data["looks"]),
+                   min_trials=int(data["min_trials"]), max_trials=int(data["max_trials"]),
+                   budget_s=data.get("budget_s"), elapsed_s=float(data["elapsed_s"]),
+                   detail=str(data.get("detail", "")))
 
     @property
     def text(self) -> str:
@@ -280,7 +244,14 @@ def looks_taken(rounds: int, min_trials: int) -> int:
     return max(0, rounds - min_trials + 1)
 
 
-@dataclass(frozen=True, slots=True)
+def instances_json(scope: InstanceScope) -> dict[str, Any]:
+    """A pair's server instances as its comparison states them."""
+    return {"baseline": scope.baseline_instances, "candidate": scope.candidate_instances,
+            "shared_between_sides": scope.shared_between_sides, "scope": scope.scope,
+            "text": scope.text()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ComparisonEntry:
     """One candidate against the baseline, every compared cell (one Holm family). `instances`
     says how many distinct server instances each side's trials ran on, and `scope` whether
@@ -288,69 +259,61 @@ class ComparisonEntry:
 
     baseline: str
     candidate: str
+    holm_family: tuple[str, ...] = field(init=False)  # the cells' names
     cells: tuple[CellComparisonEntry, ...]
-    instances: InstanceScope | None = None
+    instances: InstanceScope | None = json_field(default=None, omit_none=True,
+                                                 convert=instances_json)
 
-    def to_json_dict(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "baseline": self.baseline, "candidate": self.candidate,
-            "holm_family": [cell.cell for cell in self.cells],
-            "cells": [cell.to_json_dict() for cell in self.cells]}
-        if self.instances is not None:
-            scope = self.instances
-            document["instances"] = {
-                "baseline": scope.baseline_instances, "candidate": scope.candidate_instances,
-                "shared_between_sides": scope.shared_between_sides, "scope": scope.scope,
-                "text": scope.text()}
-        return document
+    def __post_init__(self) -> None:
+        derive(self, holm_family=tuple(cell.cell for cell in self.cells))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanEntry:
     cell: str
     trial_to_trial_cv: float
+    test: str = "mann-whitney"  # the test the trials are sized for
     effect: float
     alpha: float
     power: float
     trials_per_variant: int | None  # None: more than the planner's cap
     warnings: tuple[str, ...]
-    test: str = "mann-whitney"  # the test the trials are sized for
 
     @classmethod
     def of(cls, item: CellPlan) -> PlanEntry:
         plan = item.plan
         needed = None if plan.trials_per_variant is None else int(plan.trials_per_variant)
-        return cls(item.cell, float(plan.cv), float(plan.effect), float(plan.alpha),
-                   float(plan.power), needed, tuple(plan.warnings), plan.test)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"cell": self.cell, "trial_to_trial_cv": self.trial_to_trial_cv,
-                "test": self.test,
-                "effect": self.effect, "alpha": self.alpha, "power": self.power,
-                "trials_per_variant": self.trials_per_variant, "warnings": list(self.warnings)}
+        return cls(cell=item.cell, trial_to_trial_cv=float(plan.cv), test=plan.test,
+                   effect=float(plan.effect), alpha=float(plan.alpha), power=float(plan.power),
+                   trials_per_variant=needed, warnings=tuple(plan.warnings))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OrderEntry:
     position: int
     variant: str
     folder: str
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"position": self.position, "variant": self.variant, "folder": self.folder}
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExperimentSummary(EchoesScenario):
-    """Everything an experiment's (or a comparison's) summary.json holds. `scenario` is the
-    (redacted) scenario echo; `cells` the compared cells, in order."""
+    """Everything an experiment's (or a comparison's) summary.json holds, in its documented
+    key order (`serialise.to_json` writes it). `scenario` is the (redacted) scenario echo;
+    `cells` the compared cells, in order."""
 
+    schema_version: int = EXPERIMENT_SCHEMA_VERSION
     kind: Kind
     run_id: str
     scenario: Mapping[str, Any]
-    cells: tuple[str, ...]
+    cells: tuple[str, ...] = json_field(skip=True)  # the scenario echo's compare.cells
     trials_per_variant: int
-    variants: tuple[VariantEntry, ...]  # baseline first
+    # comparison only: the run folders, baseline first
+    runs: tuple[str, ...] | None = json_field(default=None, omit_none=True)
+    # experiment only: execution order
+    order: tuple[OrderEntry, ...] | None = json_field(default=None, omit_none=True)
+    # experiment only: why its rounds ended (runner's record)
+    stopping: Stopping | None = json_field(default=None, omit_none=True)
+    variants: tuple[VariantEntry, ...] = json_field(keyed_by="label")  # baseline first
     comparisons: tuple[ComparisonEntry, ...]
     planning: tuple[PlanEntry, ...]
     provenance_differences: Mapping[str, Mapping[str, Any]]  # key -> {label: value}
@@ -358,34 +321,6 @@ class ExperimentSummary(EchoesScenario):
     exit_code: int
     invalid_reasons: tuple[str, ...]
     warnings: tuple[str, ...]
-    runs: tuple[str, ...] | None = None  # comparison only: the run folders, baseline first
-    order: tuple[OrderEntry, ...] | None = None  # experiment only: execution order
-    stopping: Stopping | None = None  # experiment only: why its rounds ended (runner's record)
-    schema_version: int = EXPERIMENT_SCHEMA_VERSION
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """summary.json's content (JSON types only, in the documented key order)."""
-        document: dict[str, Any] = {
-            "schema_version": self.schema_version, "kind": self.kind, "run_id": self.run_id,
-            "scenario": self.scenario, "trials_per_variant": self.trials_per_variant}
-        if self.runs is not None:
-            document["runs"] = list(self.runs)
-        if self.order is not None:
-            document["order"] = [entry.to_json_dict() for entry in self.order]
-        if self.stopping is not None:
-            document["stopping"] = self.stopping.to_json_dict()
-        document.update({
-            "variants": {v.label: v.to_json_dict() for v in self.variants},
-            "comparisons": [c.to_json_dict() for c in self.comparisons],
-            "planning": [p.to_json_dict() for p in self.planning],
-            "provenance_differences": {k: dict(v)
-                                       for k, v in self.provenance_differences.items()},
-            "benchstat": self.benchstat,
-            "exit_code": self.exit_code,
-            "invalid_reasons": list(self.invalid_reasons),
-            "warnings": list(self.warnings),
-        })
-        return document
 
 
 # ------------------------------------------------------------------------------------------
@@ -411,13 +346,15 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     if rule.warmup_factor is not None:  # `3x warmup`: each trial sized it on its own warm-up
         rule = sized_across_trials(rule, valid)
         if not rule.sized:
-            return SloEntry(rule, ReportedEstimate.of(unsized_result(rule).observed),
-                            Verdict.INCONCLUSIVE, "no valid trial sized the warm-up threshold",
-                            VerdictScope.BETWEEN_TRIALS)
+            return SloEntry(rule=rule,
+                            observed=ReportedEstimate.of(unsized_result(rule).observed),
+                            verdict=Verdict.INCONCLUSIVE,
+                            basis="no valid trial sized the warm-up threshold",
+                            scope=VerdictScope.BETWEEN_TRIALS)
     if len(valid) == 1:
         own = next(s for s in valid[0].outcome.slos if s.rule == rule)
-        return SloEntry(rule, own.observed, own.verdict, f"single trial: {own.basis}",
-                        VerdictScope.WITHIN_INSTANCE)
+        return SloEntry(rule=rule, observed=own.observed, verdict=own.verdict,
+                        basis=f"single trial: {own.basis}", scope=VerdictScope.WITHIN_INSTANCE)
     estimate = center_estimate(group, rule.cell, confidence)
     center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
               else "mean, t interval (a value <= 0)")
@@ -437,8 +374,9 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
         scope = VerdictScope.WITHIN_INSTANCE
         basis += (f"; {len(valid)} trials on {group.instances} server instance(s): "
                   f"within-instance")
-    return SloEntry(rule, ReportedEstimate.of(estimate),
-                    slo_verdict(estimate, rule.comparator, rule.threshold), basis, scope)
+    return SloEntry(rule=rule, observed=ReportedEstimate.of(estimate),
+                    verdict=slo_verdict(estimate, rule.comparator, rule.threshold), basis=basis,
+                    scope=scope)
 
 
 def _wider(first: Estimate, second: Estimate) -> Estimate:
@@ -498,13 +436,15 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
     estimate, so every verdict can be read next to the trials it came from."""
     cells = tuple(dict.fromkeys([*cells, *(s.rule.cell for s in slos)]))
     trials = tuple(
-        TrialEntry(t.run_dir.name if folder == "name" else str(t.run_dir), t.position,
-                   t.outcome.exit_code, t.outcome.invalid_reasons,
-                   {c: _number(trial_cell_value(t, c)) for c in cells})
+        TrialEntry(folder=t.run_dir.name if folder == "name" else str(t.run_dir),
+                   position=t.position, exit_code=t.outcome.exit_code,
+                   invalid_reasons=t.outcome.invalid_reasons,
+                   cells={c: _number(trial_cell_value(t, c)) for c in cells})
         for t in group.trials)
-    return VariantEntry(group.label, trials,
-                        {c: ReportedEstimate.of(center_estimate(group, c)) for c in cells},
-                        tuple(slos), server_args)
+    return VariantEntry(
+        label=group.label, trials=trials,
+        cells={c: ReportedEstimate.of(center_estimate(group, c)) for c in cells},
+        slos=tuple(slos), server_args=server_args)
 
 
 def machines_warning(trials: Sequence[Trial]) -> str | None:
@@ -542,9 +482,9 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
     shared = tuple(w for candidate in groups[1:]
                    for w in (within_instance_warning(groups[0], candidate),) if w)
     return _Compared(
-        tuple(ComparisonEntry(f[0].baseline, f[0].candidate,
-                              tuple(CellComparisonEntry.of(item) for item in f),
-                              instance_scope(groups[0], candidate))
+        tuple(ComparisonEntry(baseline=f[0].baseline, candidate=f[0].candidate,
+                              cells=tuple(CellComparisonEntry.of(item) for item in f),
+                              instances=instance_scope(groups[0], candidate))
               for f, candidate in zip(families, groups[1:], strict=True)),
         tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha, test)),
         benchstat_table(groups, families, cells) if families else "", reach, shared)
@@ -695,7 +635,7 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
         provenance_differences=provenance_differences(groups), benchstat=benchstat,
         exit_code=int(choose_exit_code(slos, invalid)), invalid_reasons=tuple(invalid),
         warnings=tuple(warnings),
-        order=tuple(OrderEntry(t.position, t.label, t.run_dir.name)
+        order=tuple(OrderEntry(position=t.position, variant=t.label, folder=t.run_dir.name)
                     for t in sorted(trials, key=lambda t: t.position)),
         stopping=stopping)
     return summary, groups

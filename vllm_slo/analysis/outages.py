@@ -117,13 +117,6 @@ class Stall:
     def duration_s(self) -> float:
         return self.end_unix_s - self.start_unix_s
 
-    def to_json_dict(self, run_start_unix_s: float) -> dict[str, object]:
-        return {"start_utc": _utc(self.start_unix_s),
-                "start_offset_s": round(self.start_unix_s - run_start_unix_s, 3),
-                "end_offset_s": round(self.end_unix_s - run_start_unix_s, 3),
-                "duration_s": round(self.duration_s, 3), "streams": self.streams,
-                "cut": self.cut}
-
     def reason(self, run_start_unix_s: float) -> str:
         start = self.start_unix_s - run_start_unix_s
         end = self.end_unix_s - run_start_unix_s

@@ -65,7 +65,7 @@ def window_counters(records: Sequence[dict[str, Any]], start_unix_s: float,
                        float(inside[-1]["unix_s"] - inside[0]["unix_s"]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PrefixCacheCheck:
     """summary.json `traffic.prefix_cache`: the target, what the plan expected, what the
     server counted, and the verdict (met | missed | unverified)."""
@@ -91,13 +91,6 @@ class PrefixCacheCheck:
             return None
         name = WARNING_NAME if self.missed else UNVERIFIED_NAME
         return f"{name}: {self.reason}"
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"target_hit_rate": self.target_hit_rate, "tolerance": self.tolerance,
-                "phases": self.phases, "expected_hit_rate": self.expected_hit_rate,
-                "achieved_hit_rate": self.achieved_hit_rate, "hits_tokens": self.hits_tokens,
-                "queries_tokens": self.queries_tokens, "span_s": self.span_s,
-                "verdict": self.verdict, "reason": self.reason}
 
 
 def check_prefix_cache(span: CounterSpan | None, target: float, tolerance: float,

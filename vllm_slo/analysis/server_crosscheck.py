@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ import pyarrow as pa
 from vllm_slo.analysis.chunk_times import list_values
 from vllm_slo.analysis.client_health import float_column
 from vllm_slo.analysis.server_metrics import metric_per_scrape, valid_scrapes
+from vllm_slo.serialise import derive
 
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
@@ -47,7 +48,7 @@ TTFT_DEFICIT_S, TTFT_DEFICIT_SHARE = 0.005, 0.05
 ITL_RELATIVE = 0.10
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LatencyCrosscheck:
     """Server (vLLM's histograms) against client (the rows), whole run."""
 
@@ -57,29 +58,18 @@ class LatencyCrosscheck:
     client_ttft_mean_s: float | None
     server_itl_mean_s: float | None  # per token
     client_itl_mean_s: float | None  # per token
+    ttft_excess_s: float | None = field(init=False)  # client - server TTFT mean
+    itl_ratio: float | None = field(init=False)  # client / server ITL mean per token
     compared: bool  # the counts agree: the two views are of the same requests
     flags: tuple[str, ...]
 
-    @property
-    def ttft_excess_s(self) -> float | None:
-        if self.server_ttft_mean_s is None or self.client_ttft_mean_s is None:
-            return None
-        return self.client_ttft_mean_s - self.server_ttft_mean_s
-
-    @property
-    def itl_ratio(self) -> float | None:
-        if not self.server_itl_mean_s or self.client_itl_mean_s is None:
-            return None
-        return self.client_itl_mean_s / self.server_itl_mean_s
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"server_requests": self.server_requests, "client_requests": self.client_requests,
-                "server_ttft_mean_s": self.server_ttft_mean_s,
-                "client_ttft_mean_s": self.client_ttft_mean_s,
-                "server_itl_mean_s": self.server_itl_mean_s,
-                "client_itl_mean_s": self.client_itl_mean_s,
-                "ttft_excess_s": self.ttft_excess_s, "itl_ratio": self.itl_ratio,
-                "compared": self.compared, "flags": list(self.flags)}
+    def __post_init__(self) -> None:
+        server_ttft, client_ttft = self.server_ttft_mean_s, self.client_ttft_mean_s
+        server_itl, client_itl = self.server_itl_mean_s, self.client_itl_mean_s
+        derive(self, ttft_excess_s=(None if server_ttft is None or client_ttft is None
+                                    else client_ttft - server_ttft),
+               itl_ratio=(None if not server_itl or client_itl is None
+                          else client_itl / server_itl))
 
 
 def histogram_increment(records: list[dict[str, Any]], name: str

@@ -1,6 +1,6 @@
 """summary.json: the run's numbers in one schema-versioned, documented document
 (reports/schema/summary.schema.json), as a frozen typed value. `build_summary` makes it once
-from typed results; `RunSummaryDocument.to_json_dict` is its one serialisation; the renderers
+from typed results; `serialise.to_json(document)` is its one serialisation; the renderers
 (HTML, text, Markdown, JUnit) read the typed value, never the JSON."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.slo import SloRule
 from vllm_slo.scenarios.traffic_spec import OPEN_LOOP_KINDS
+from vllm_slo.serialise import json_field
 from vllm_slo.stats.statistics import Estimate, Verdict
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -34,7 +35,7 @@ def _number(value: float | None) -> float | None:
     return float(value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportedEstimate:
     """An `Estimate` as the reports carry it: non-finite numbers become None (JSON has no NaN),
     so every renderer sees exactly what summary.json holds."""
@@ -50,25 +51,22 @@ class ReportedEstimate:
 
     @classmethod
     def of(cls, estimate: Estimate) -> ReportedEstimate:
-        return cls(_number(estimate.value), _number(estimate.ci_low), _number(estimate.ci_high),
-                   float(estimate.confidence), int(estimate.n), _number(estimate.n_effective),
-                   estimate.method, tuple(estimate.warnings))
+        return cls(value=_number(estimate.value), ci_low=_number(estimate.ci_low),
+                   ci_high=_number(estimate.ci_high), confidence=float(estimate.confidence),
+                   n=int(estimate.n), n_effective=_number(estimate.n_effective),
+                   method=estimate.method, warnings=tuple(estimate.warnings))
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> ReportedEstimate:
-        return cls(data["value"], data["ci_low"], data["ci_high"], data["confidence"],
-                   data["n"], data["n_effective"], data["method"], tuple(data["warnings"]))
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "confidence": self.confidence, "n": self.n, "n_effective": self.n_effective,
-                "method": self.method, "warnings": list(self.warnings)}
+        return cls(value=data["value"], ci_low=data["ci_low"], ci_high=data["ci_high"],
+                   confidence=data["confidence"], n=data["n"], n_effective=data["n_effective"],
+                   method=data["method"], warnings=tuple(data["warnings"]))
 
 
 @dataclass(frozen=True, slots=True)
 class RunRates:
     """The rates a run's summary.json reports, read back typed (what `vllm-slo tune` ranks
-    its candidates by); RunSummaryDocument.to_json_dict writes them."""
+    its candidates by); summary.json holds them (RunSummaryDocument)."""
 
     goodput: ReportedEstimate  # requests per second that met every per-request latency SLO
     output_tokens_per_s: ReportedEstimate
@@ -77,17 +75,27 @@ class RunRates:
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> RunRates:
         throughput = data["throughput"]
-        return cls(ReportedEstimate.from_json_dict(data["goodput"]["requests_per_s"]),
-                   ReportedEstimate.from_json_dict(throughput["output_tokens_per_s"]),
-                   ReportedEstimate.from_json_dict(throughput["requests_per_s"]))
+        return cls(
+            goodput=ReportedEstimate.from_json_dict(data["goodput"]["requests_per_s"]),
+            output_tokens_per_s=ReportedEstimate.from_json_dict(throughput["output_tokens_per_s"]),
+            requests_per_s=ReportedEstimate.from_json_dict(throughput["requests_per_s"]))
 
 
-@dataclass(frozen=True, slots=True)
+def rule_json(rule: SloRule) -> dict[str, Any]:
+    """An SLO rule as its entry states it (threshold null: a warm-up rule not sized; adapter
+    only where the rule names one)."""
+    return {"metric": rule.metric, "statistic": rule.statistic, "comparator": rule.comparator,
+            "threshold": rule.threshold if rule.sized else None, "text": rule.text,
+            "profile": rule.profile,
+            **({"adapter": rule.adapter} if rule.adapter is not None else {})}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SloEntry:
     """One SLO with its observed statistic, verdict and how the verdict was reached (a run's
     SLO, or an experiment variant's across its trials: the JSON shape is the same)."""
 
-    rule: SloRule
+    rule: SloRule = json_field(convert=rule_json, flatten=True)
     observed: ReportedEstimate
     verdict: Verdict
     basis: str
@@ -96,8 +104,8 @@ class SloEntry:
     @classmethod
     def of(cls, result: SloResult,
            scope: VerdictScope = VerdictScope.WITHIN_INSTANCE) -> SloEntry:
-        return cls(result.rule, ReportedEstimate.of(result.observed), result.verdict,
-                   result.basis, scope)
+        return cls(rule=result.rule, observed=ReportedEstimate.of(result.observed),
+                   verdict=result.verdict, basis=result.basis, scope=scope)
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> SloEntry:
@@ -105,37 +113,23 @@ class SloEntry:
         rule = SloRule(data["metric"], data["statistic"], data["comparator"],
                        math.nan if threshold is None else float(threshold), data["text"],
                        data.get("profile"))
-        return cls(rule, ReportedEstimate.from_json_dict(data["observed"]),
-                   Verdict(data["verdict"]), data["basis"],
-                   VerdictScope(data.get("scope", VerdictScope.WITHIN_INSTANCE.value)))
-
-    def to_json_dict(self) -> dict[str, Any]:
-        rule = self.rule
-        return {"metric": rule.metric, "statistic": rule.statistic,
-                "comparator": rule.comparator,
-                "threshold": rule.threshold if rule.sized else None, "text": rule.text,
-                "profile": rule.profile,
-                **({"adapter": rule.adapter} if rule.adapter is not None else {}),
-                "observed": self.observed.to_json_dict(),
-                "verdict": self.verdict.value, "basis": self.basis, "scope": self.scope.value}
+        return cls(rule=rule, observed=ReportedEstimate.from_json_dict(data["observed"]),
+                   verdict=Verdict(data["verdict"]), basis=data["basis"],
+                   scope=VerdictScope(data.get("scope", VerdictScope.WITHIN_INSTANCE.value)))
 
 
 def percentile_key(percentile: float) -> str:
     return f"p{percentile:g}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MetricEntry:
     """A latency metric's count, mean and reported percentiles (keys `p50`, `p99.9`, ...)."""
 
+    unit: str = "s"
     count: int
     mean: ReportedEstimate
     percentiles: Mapping[str, ReportedEstimate]
-    unit: str = "s"
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "count": self.count, "mean": self.mean.to_json_dict(),
-                "percentiles": {k: e.to_json_dict() for k, e in self.percentiles.items()}}
 
 
 def metric_entries(summary: RunSummary) -> dict[str, MetricEntry]:
@@ -150,7 +144,7 @@ def metric_entries(summary: RunSummary) -> dict[str, MetricEntry]:
     return entries
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileEntry:
     """One part of a mix (`traffic.profile: mix`), or one name of a LoRA mix
     (`traffic.lora`: base or an adapter), measured on its own requests."""
@@ -161,29 +155,25 @@ class ProfileEntry:
 
     @classmethod
     def of(cls, summary: RunSummary) -> ProfileEntry:
-        return cls(RequestCounts(summary.requests, summary.ok, summary.failed,
-                                 summary.errors_by_kind),
-                   ReportedEstimate.of(summary.output_tokens_per_s), metric_entries(summary))
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests.to_json_dict(),
-                "output_tokens_per_s": self.output_tokens_per_s.to_json_dict(),
-                "metrics": {name: m.to_json_dict() for name, m in self.metrics.items()}}
+        return cls(requests=RequestCounts.of(summary),
+                   output_tokens_per_s=ReportedEstimate.of(summary.output_tokens_per_s),
+                   metrics=metric_entries(summary))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestCounts:
     measured: int
     ok: int
     failed: int
     errors_by_kind: Mapping[str, int]
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"measured": self.measured, "ok": self.ok, "failed": self.failed,
-                "errors_by_kind": dict(self.errors_by_kind)}
+    @classmethod
+    def of(cls, summary: RunSummary) -> RequestCounts:
+        return cls(measured=summary.requests, ok=summary.ok, failed=summary.failed,
+                   errors_by_kind=summary.errors_by_kind)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientCpu:
     """Load-generator CPU per process-second, in % of one core."""
 
@@ -192,21 +182,18 @@ class ClientCpu:
     max_percent: float
     samples: int
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"p50_percent": self.p50_percent, "p99_percent": self.p99_percent,
-                "max_percent": self.max_percent, "samples": self.samples}
-
 
 def client_cpu_summary(fractions: Sequence[float]) -> ClientCpu | None:
     """From per-process-second CPU fractions (None before it was recorded)."""
     if not fractions:
         return None
     values = np.asarray(fractions) * 100.0
-    return ClientCpu(float(np.percentile(values, 50)), float(np.percentile(values, 99)),
-                     float(values.max()), int(values.size))
+    return ClientCpu(p50_percent=float(np.percentile(values, 50)),
+                     p99_percent=float(np.percentile(values, 99)),
+                     max_percent=float(values.max()), samples=int(values.size))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrafficFacts:
     """How the load was actually applied: intended vs achieved rate, send lag, in-flight cap
     hits, the request plan (trimmed/rejected/filtered prompts) and the prefix-cache state."""
@@ -226,21 +213,7 @@ class TrafficFacts:
     prefix_cache_hit_rate: float | None
     client_cpu: ClientCpu | None
     # traffic.prefix_cache.target_hit_rate's check; None: no target set
-    prefix_cache: PrefixCacheCheck | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile, "endpoint": self.endpoint, "arrival": self.arrival,
-            "intended_rate_per_s": self.intended_rate_per_s, "sent_per_s": self.sent_per_s,
-            "send_lag_p50_s": self.send_lag_p50_s, "send_lag_p99_s": self.send_lag_p99_s,
-            "client_send_lag_p99_s": self.client_send_lag_p99_s,
-            "queued_for_slot": self.queued_for_slot, "reused_prompts": self.reused_prompts,
-            "plan": self.plan, "prefix_cache_reset": self.prefix_cache_reset,
-            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
-            "client_cpu": None if self.client_cpu is None else self.client_cpu.to_json_dict(),
-            **({} if self.prefix_cache is None
-               else {"prefix_cache": self.prefix_cache.to_json_dict()}),
-        }
+    prefix_cache: PrefixCacheCheck | None = json_field(default=None, omit_none=True)
 
 
 def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: RunSummary,
@@ -276,72 +249,48 @@ class EchoesScenario:
         return str(self.scenario.get("description") or "")
 
 
-@dataclass(frozen=True, slots=True)
-class RunSummaryDocument(EchoesScenario):
-    """Everything summary.json holds. `scenario` and `provenance` are the (redacted) echoes
-    of the run folder's files; everything the suite computed is typed."""
+def scope_json(scope: VerdictScope) -> dict[str, str]:
+    return {"scope": scope.value, "note": scope.note}
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummaryDocument(EchoesScenario):
+    """Everything summary.json holds, in its documented key order (`serialise.to_json` writes
+    it; `by_profile` only for a mix, `by_adapter` only for a LoRA mix). `scenario` and
+    `provenance` are the (redacted) echoes of the run folder's files; everything the suite
+    computed is typed."""
+
+    schema_version: int = SUMMARY_SCHEMA_VERSION
     run_id: str
     scenario: Mapping[str, Any]
     provenance: Mapping[str, Any]
     window_s: float
     requests: RequestCounts
     error_rate: ReportedEstimate
-    output_tokens_per_s: ReportedEstimate
-    requests_per_s: ReportedEstimate
-    goodput: ReportedEstimate  # requests per second
-    goodput_counts: str  # which requests counted
+    output_tokens_per_s: ReportedEstimate = json_field(group="throughput")
+    requests_per_s: ReportedEstimate = json_field(group="throughput")
+    # the seconds the rates are over: the window, or less for a run cut short
+    rate_span_s: float = json_field(group="throughput")
+    goodput: ReportedEstimate = json_field(group="goodput", key="requests_per_s")  # req/s
+    goodput_counts: str = json_field(group="goodput", key="counts")  # which requests counted
     send_lag_p99_s: float | None
     traffic: TrafficFacts
+    client_health: ClientHealth | None = None  # None: a document built without the rows
+    server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
     metrics: Mapping[str, MetricEntry]
+    # tokens per chunk and reasoning (None: not computed)
+    stream: StreamFacts | None = json_field(default=None, omit_none=True)
+    # a mix's parts; None: one profile
+    by_profile: Mapping[str, ProfileEntry] | None = json_field(default=None, omit_none=True)
+    # traffic.lora's names; None: no split
+    by_adapter: Mapping[str, ProfileEntry] | None = json_field(default=None, omit_none=True)
     slos: tuple[SloEntry, ...]
+    # a run's verdicts are within its one server instance (stated with its note)
+    verdict_scope: VerdictScope = json_field(default=VerdictScope.WITHIN_INSTANCE,
+                                             init=False, convert=scope_json)
     exit_code: int
     invalid_reasons: tuple[str, ...]
     warnings: tuple[str, ...]
-    schema_version: int = SUMMARY_SCHEMA_VERSION
-    client_health: ClientHealth | None = None  # None: a document built without the rows
-    server_crosscheck: LatencyCrosscheck | None = None  # None: no vLLM histograms
-    by_profile: Mapping[str, ProfileEntry] | None = None  # a mix's parts; None: one profile
-    by_adapter: Mapping[str, ProfileEntry] | None = None  # traffic.lora's names; None: no split
-    rate_span_s: float | None = None  # the seconds the rates are over (None: window_s)
-    stream: StreamFacts | None = None  # tokens per chunk and reasoning (None: not computed)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """summary.json's content (JSON types only, in the documented key order; `by_profile`
-        only for a mix, `by_adapter` only for a LoRA mix)."""
-        return {
-            "schema_version": self.schema_version,
-            "run_id": self.run_id,
-            "scenario": self.scenario,
-            "provenance": self.provenance,
-            "window_s": self.window_s,
-            "requests": self.requests.to_json_dict(),
-            "error_rate": self.error_rate.to_json_dict(),
-            "throughput": {"output_tokens_per_s": self.output_tokens_per_s.to_json_dict(),
-                           "requests_per_s": self.requests_per_s.to_json_dict(),
-                           "rate_span_s": (self.window_s if self.rate_span_s is None
-                                           else self.rate_span_s)},
-            "goodput": {"requests_per_s": self.goodput.to_json_dict(),
-                        "counts": self.goodput_counts},
-            "send_lag_p99_s": self.send_lag_p99_s,
-            "traffic": self.traffic.to_json_dict(),
-            "client_health": (None if self.client_health is None
-                              else self.client_health.to_json_dict()),
-            "server_crosscheck": (None if self.server_crosscheck is None
-                                  else self.server_crosscheck.to_json_dict()),
-            "metrics": {name: metric.to_json_dict() for name, metric in self.metrics.items()},
-            **({} if self.stream is None else {"stream": self.stream.to_json_dict()}),
-            **({} if self.by_profile is None else {"by_profile": {
-                name: part.to_json_dict() for name, part in self.by_profile.items()}}),
-            **({} if self.by_adapter is None else {"by_adapter": {
-                name: part.to_json_dict() for name, part in self.by_adapter.items()}}),
-            "slos": [slo.to_json_dict() for slo in self.slos],
-            "verdict_scope": {"scope": VerdictScope.WITHIN_INSTANCE.value,
-                              "note": VerdictScope.WITHIN_INSTANCE.note},
-            "exit_code": self.exit_code,
-            "invalid_reasons": list(self.invalid_reasons),
-            "warnings": list(self.warnings),
-        }
 
 
 def build_summary(
@@ -372,8 +321,7 @@ def build_summary(
         scenario=redact_secrets(scenario.to_yaml_dict()),
         provenance=provenance,
         window_s=summary.window_s,
-        requests=RequestCounts(summary.requests, summary.ok, summary.failed,
-                               summary.errors_by_kind),
+        requests=RequestCounts.of(summary),
         error_rate=ReportedEstimate.of(summary.error_rate),
         output_tokens_per_s=ReportedEstimate.of(summary.output_tokens_per_s),
         requests_per_s=ReportedEstimate.of(summary.requests_per_s),

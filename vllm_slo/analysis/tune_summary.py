@@ -6,8 +6,8 @@ reports/schema/tune.schema.json). The decisions themselves are `tuning.py`'s; re
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_slo.analysis.comparison import format_change_interval, format_ratio
@@ -24,11 +24,11 @@ from vllm_slo.analysis.tuning import (
     pareto_front,
     rank_candidates,
 )
-from vllm_slo.redaction import redact_secrets
 from vllm_slo.run_folder.run_files import RECOMMENDED_CONFIG_FILE
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
+from vllm_slo.serialise import derive, json_field
 
 TUNE_SCHEMA_VERSION = 1
 TESTABLE_TRIALS = {  # what each per-trial test needs before it can be significant
@@ -77,18 +77,9 @@ def tune_exit_code(ranking: Ranking, candidates: Sequence[CandidateResult],
     return ExitCode.INVALID_MEASUREMENT
 
 
-def ratio_json(entry: RankEntry) -> dict[str, Any] | None:
-    if entry.versus_best is None:
-        return None
-    ratio = entry.versus_best.ratio
-    return {"value": ratio.value, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high,
-            "confidence": entry.versus_best.interval_confidence,
-            "p_adjusted": entry.versus_best.p_adjusted,
-            "significant": entry.versus_best.significant,
-            "testable": entry.versus_best.testable}
-
-
 def gain_json(gain: Gain | None) -> dict[str, Any] | None:
+    """The gain over the as-given args as tune.json states it (`ratio` null, or the ratio with
+    its interval)."""
     if gain is None:
         return None
     ratio = None if gain.ratio is None else {
@@ -122,65 +113,76 @@ def versus_text(cell: str, entry: RankEntry) -> str:
 
 
 
-@dataclass(frozen=True, slots=True)
-class TuneSummary:
-    """What a tune decided, from its results."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    """tune.json's `recommended`: the candidate, its args, the command and config file."""
 
-    result: TuneResult
-    ranking: Ranking
-    points: dict[str, tuple[float, float]]  # started candidates: (throughput, latency) medians
-    front: list[str]  # the Pareto front's candidates
+    candidate: str
+    changed: Mapping[str, Any]
+    args: Mapping[str, Any]
+    command: str
+    config_file: str = RECOMMENDED_CONFIG_FILE
+    tied_with: tuple[str, ...]
+    note: str
+
+
+def ranking_entries(ranking: Ranking) -> tuple[RankEntry, ...]:
+    return ranking.entries
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TuneSummary:
+    """What a tune decided, from its results; its fields in tune.json's order (schema
+    reports/schema/tune.schema.json; `serialise.to_json` writes it, the writer redacts
+    secrets). The result's facts tune.json states are copied into fields of their own."""
+
+    schema_version: int = field(default=TUNE_SCHEMA_VERSION, init=False)
+    kind: str = field(default="tune", init=False)
+    result: TuneResult = json_field(skip=True)
+    run_id: str = field(init=False)
+    objective: str = field(init=False)
+    alpha: float = field(init=False)
+    test: str = field(init=False)
+    trials_per_candidate: int = field(init=False)
+    interrupted: bool = field(init=False)
+    candidates: Sequence[CandidateResult] = field(init=False)
+    ranking: Ranking = json_field(convert=ranking_entries)  # written as its entries
+    latency_cell: str = json_field(group="pareto", init=False)
+    throughput_cell: str = json_field(group="pareto", init=False)
+    front: list[str] = json_field(group="pareto")  # the Pareto front's candidates
+    searches: Sequence[SearchFinding] = field(init=False)
+    recommended: Recommendation | None = field(init=False)
+    # the recommendation against the scenario's own args, when run
+    gain: Gain | None = json_field(default=None, key="gain_over_given", convert=gain_json)
     exit_code: ExitCode
     warnings: list[str]
-    best: CandidateResult | None  # the recommended candidate
-    command: str  # the recommended `vllm serve` command line ("" without one)
-    note: str  # how the recommendation stands against the others
-    gain: Gain | None = None  # the recommendation against the scenario's own args, when run
+    # started candidates: (throughput, latency) medians
+    points: dict[str, tuple[float, float]] = json_field(skip=True)
+    best: CandidateResult | None = json_field(skip=True)  # the recommended candidate
+    # the recommended `vllm serve` command line ("" without one)
+    command: str = json_field(skip=True)
+    note: str = json_field(skip=True)  # how the recommendation stands against the others
+
+    def __post_init__(self) -> None:
+        result, best = self.result, self.best
+        spec = result.scenario.tune
+        assert spec is not None
+        derive(self, run_id=result.run_id, objective=spec.objective,
+               alpha=result.scenario.compare.alpha, test=result.scenario.compare.test,
+               trials_per_candidate=result.trials_per_candidate,
+               interrupted=result.interrupted, candidates=result.candidates,
+               latency_cell=result.latency_cell, throughput_cell=result.throughput_cell,
+               searches=result.searches,
+               recommended=None if best is None else Recommendation(
+                   candidate=best.name, changed=best.changed, args=best.args,
+                   command=self.command, tied_with=self.ranking.tied_with_best,
+                   note=self.note))
 
     @property
     def objective_cell(self) -> str:
         spec = self.result.scenario.tune
         assert spec is not None
         return OBJECTIVE_CELLS[spec.objective]
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """tune.json's content (secrets redacted)."""
-        result, ranking, best = self.result, self.ranking, self.best
-        spec = result.scenario.tune
-        assert spec is not None
-        document: dict[str, Any] = {
-            "schema_version": TUNE_SCHEMA_VERSION, "kind": "tune", "run_id": result.run_id,
-            "objective": spec.objective, "alpha": result.scenario.compare.alpha,
-            "test": result.scenario.compare.test,
-            "trials_per_candidate": result.trials_per_candidate,
-            "interrupted": result.interrupted,
-            "candidates": [{
-                "name": c.name, "origin": c.origin, "changed": dict(c.changed),
-                "args": dict(c.args), "objective_values": list(c.objective_values),
-                "median": c.median, "start_failures": list(c.start_failures),
-                "invalid_trials": c.invalid_trials, "slo_verdict": c.slo_verdict,
-                "preemptions": c.preemptions, "throughput_values": list(c.throughput_values),
-                "latency_values": list(c.latency_values),
-                "gpu_sets": list(c.gpu_sets)} for c in result.candidates],
-            "ranking": [{"rank": e.rank, "name": e.name, "median": e.median,
-                         "eligible": e.eligible, "why_ineligible": e.why_ineligible,
-                         "standing": e.standing, "ratio_to_best": ratio_json(e)}
-                        for e in ranking.entries],
-            "pareto": {"latency_cell": result.latency_cell,
-                       "throughput_cell": result.throughput_cell, "front": self.front},
-            "searches": [{"index": s.index, "arg": s.arg, "values": list(s.values),
-                          "candidates": list(s.candidates), "stop": s.stop,
-                          "boundary": s.boundary, "boundary_candidate": s.boundary_candidate}
-                         for s in result.searches],
-            "recommended": None if best is None else {
-                "candidate": best.name, "changed": dict(best.changed), "args": dict(best.args),
-                "command": self.command, "config_file": RECOMMENDED_CONFIG_FILE,
-                "tied_with": list(ranking.tied_with_best), "note": self.note},
-            "gain_over_given": gain_json(self.gain),
-            "exit_code": int(self.exit_code), "warnings": list(self.warnings),
-        }
-        redacted: dict[str, Any] = redact_secrets(document)
-        return redacted
 
 
 def build_tune_summary(result: TuneResult) -> TuneSummary:
@@ -227,5 +229,6 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
                 "significantly better than every other eligible candidate" if
                 len([e for e in ranking.entries if e.eligible]) > 1 else
                 "the only eligible candidate")
-    return TuneSummary(result, ranking, points, front, exit_code, warnings, best, command, note,
-                       gain)
+    return TuneSummary(result=result, ranking=ranking, points=points, front=front,
+                       exit_code=exit_code, warnings=warnings, best=best, command=command,
+                       note=note, gain=gain)

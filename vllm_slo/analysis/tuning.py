@@ -17,6 +17,7 @@ import numpy as np
 from vllm_slo.analysis.trials import machines_text
 from vllm_slo.scenarios.server_spec import EngineArgValue
 from vllm_slo.scenarios.tune_spec import SearchSpec
+from vllm_slo.serialise import derive, json_field
 from vllm_slo.stats.trial_statistics import (
     Comparison,
     TrialTest,
@@ -97,15 +98,17 @@ def search_values(search: SearchSpec, start: float) -> list[int | float]:
     return values
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CandidateResult:
-    """What a candidate's trials showed, as the tuner's decisions need it."""
+    """What a candidate's trials showed, as the tuner's decisions need it (and tune.json's
+    `candidates` states it)."""
 
     name: str
-    args: Mapping[str, Any]  # the full server args this candidate ran with
-    changed: Mapping[str, Any]  # the args that differ from the scenario's own
     origin: str  # "grid", "search 1 (max-num-seqs) step 2"
+    changed: Mapping[str, Any]  # the args that differ from the scenario's own
+    args: Mapping[str, Any]  # the full server args this candidate ran with
     objective_values: tuple[float, ...]  # per valid trial
+    median: float | None = field(init=False)  # of objective_values
     start_failures: tuple[str, ...] = ()  # per trial whose server did not come up
     invalid_trials: int = 0  # trials that ran but whose measurement is invalid
     slo_verdict: str = "none"  # PASS | FAIL | INCONCLUSIVE across trials; none: no SLO
@@ -114,13 +117,13 @@ class CandidateResult:
     latency_values: tuple[float, ...] = ()  # the Pareto latency cell per valid trial
     gpu_sets: tuple[str, ...] = ()  # the GPU UUID sets ("a,b") its trials ran on; () on CPU
 
+    def __post_init__(self) -> None:
+        values = self.objective_values
+        derive(self, median=float(np.median(values)) if values else None)
+
     @property
     def started(self) -> bool:
         return not self.start_failures
-
-    @property
-    def median(self) -> float | None:
-        return float(np.median(self.objective_values)) if self.objective_values else None
 
     @property
     def eligible(self) -> bool:
@@ -188,6 +191,16 @@ def search_finding(index: int, search: SearchSpec, values: Sequence[Any],
                          boundary, names[last] if last >= 0 else None)
 
 
+def ratio_to_best_json(comparison: Comparison | None) -> dict[str, Any] | None:
+    """A ranked candidate's ratio to the best as tune.json states it."""
+    if comparison is None:
+        return None
+    ratio = comparison.ratio
+    return {"value": ratio.value, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high,
+            "confidence": comparison.interval_confidence, "p_adjusted": comparison.p_adjusted,
+            "significant": comparison.significant, "testable": comparison.testable}
+
+
 @dataclass(frozen=True, slots=True)
 class RankEntry:
     rank: int  # 1 = best median among the eligible; ineligible candidates rank after them
@@ -195,21 +208,27 @@ class RankEntry:
     median: float | None
     eligible: bool
     why_ineligible: str | None
+    standing: str = field(init=False)  # in words: best, significantly worse, ~, not eligible
     # against the best candidate (None for the best itself and the ineligible): ratio of this
     # candidate's objective to the best's with its interval, p adjusted (Holm over the family)
-    versus_best: Comparison | None = None
+    versus_best: Comparison | None = json_field(default=None, key="ratio_to_best",
+                                                convert=ratio_to_best_json)
 
-    @property
-    def standing(self) -> str:
-        if not self.eligible:
-            return f"not eligible: {self.why_ineligible}"
-        if self.versus_best is None:
-            return "best median"
-        if self.versus_best.significant:
-            return "significantly worse than the best"
-        if not self.versus_best.testable:
-            return "~ too few trials to tell from the best"
-        return "~ not significantly different from the best"
+    def __post_init__(self) -> None:
+        derive(self, standing=_standing(self.eligible, self.why_ineligible, self.versus_best))
+
+
+def _standing(eligible: bool, why_ineligible: str | None, versus_best: Comparison | None
+              ) -> str:
+    if not eligible:
+        return f"not eligible: {why_ineligible}"
+    if versus_best is None:
+        return "best median"
+    if versus_best.significant:
+        return "significantly worse than the best"
+    if not versus_best.testable:
+        return "~ too few trials to tell from the best"
+    return "~ not significantly different from the best"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from vllm_slo.run_folder.run_files import (
     SUMMARY_FILE,
     SUMMARY_MD_FILE,
 )
+from vllm_slo.serialise import to_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ def read_stopping(run_dir: Path) -> Stopping | None:
 def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence[Group]
                      ) -> WrittenExperiment:
     """summary.json (the summary's one serialisation) and report.html into `out_dir`."""
-    document = summary.to_json_dict()
+    document = to_json(summary)
     summary_path = out_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(document, indent=2) + "\n")
     view = build_experiment_view(summary, {g.label: pooled_series(g.trials) for g in groups})

@@ -74,6 +74,7 @@ from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.scenarios.slo import ADAPTER_PART
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
+from vllm_slo.serialise import to_json
 
 INTERRUPTED_REASON = "the run was interrupted before its planned end"
 # the runner writes run_status.json and samples.parquet on every way out it controls (end,
@@ -254,7 +255,7 @@ def prefix_cache_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
 def render_run(run_dir: Path) -> RenderedRun:
     loaded = load_run(run_dir)
     document = loaded.document
-    summary = document.to_json_dict()
+    summary = to_json(document)
     summary_path = run_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     report_path = run_dir / REPORT_FILE

@@ -29,14 +29,16 @@ from vllm_slo.run_folder.run_files import (
     TUNE_REPORT_FILE,
     TUNE_SUMMARY_FILE,
 )
+from vllm_slo.serialise import to_json
 
 
 def build_tune(result: TuneResult, experiment_report: bool = False
                ) -> tuple[dict[str, Any], str, TuneView]:
-    """tune.json's content, the text printed at the end and the HTML view (linking the
-    candidates' experiment report when `experiment_report`)."""
+    """tune.json's content (secrets redacted), the text printed at the end and the HTML view
+    (linking the candidates' experiment report when `experiment_report`)."""
     summary = build_tune_summary(result)
-    return (summary.to_json_dict(), render_tune_text(summary),
+    document: dict[str, Any] = redact_secrets(to_json(summary))
+    return (document, render_tune_text(summary),
             build_tune_view(summary, experiment_report))
 
 
