@@ -153,8 +153,7 @@ def test_report_command_rebuilds_an_experiment_and_its_trials(tmp_path: Path) ->
 
 def test_summary_is_typed_and_written_as_its_one_serialisation(tmp_path: Path) -> None:
     from vllm_slo.analysis.experiment_summary import ExperimentSummary
-    from vllm_slo.reports.experiment_report import load_experiment
-    from vllm_slo.serialise import to_json
+    from vllm_slo.reports.experiment_report import load_experiment, summary_document
 
     run = experiment(tmp_path / "t", {"a": 0.05, "b": 0.07}, trials=3, noise=0.05)
     summary, groups = load_experiment(run)
@@ -162,8 +161,8 @@ def test_summary_is_typed_and_written_as_its_one_serialisation(tmp_path: Path) -
     with pytest.raises(AttributeError):
         summary.exit_code = 0  # type: ignore[misc]  # frozen
     rendered = render_experiment(run)
-    assert json.loads((run / "summary.json").read_text()) == to_json(summary)
-    assert rendered.summary == to_json(summary)
+    assert json.loads((run / "summary.json").read_text()) == summary_document(summary)
+    assert rendered.summary == summary_document(summary)
     # the per-trial values the typed summary carries are the ones the statistics used
     for variant, group in zip(summary.variants, groups, strict=True):
         for cell in summary.cells:

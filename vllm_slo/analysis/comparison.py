@@ -1,6 +1,7 @@
 """Comparisons between groups of trials (variants of one experiment, or saved runs), release
 gates and trial planning — pure functions over per-trial statistics, plus the benchstat-style
-text table. The unit of comparison is the trial, never the request."""
+table's content (`TextTable`: its cells and notes; reports/render/tables.py lays it out). The
+unit of comparison is the trial, never the request."""
 
 from __future__ import annotations
 
@@ -458,16 +459,26 @@ def holm_family_text(cells: Sequence[str]) -> str:
             if len(cells) > 1 else f"one compared cell ({', '.join(cells)}): no Holm correction")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextTable:
+    """A table as data: the header's cells, each row's cells (one per header cell) and the
+    lines under it (legend, footnotes). reports/render/tables.py lays it out."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+
 def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellComparison, ...]],
-                    cells: Sequence[str]) -> str:
-    """benchstat's layout: center ±CI% per group; the change with its interval for every
+                    cells: Sequence[str]) -> TextTable:
+    """benchstat's table: center ±CI% per group; the change with its interval for every
     cell (`~` when not significant after Holm, `not testable` when it never can be);
     (p=… n=…); a legend and footnoted warnings."""
     baseline = groups[0]
     header = ["cell", baseline.label]
     for candidate in groups[1:]:
         header += [candidate.label, f"vs {baseline.label}"]
-    rows = [header]
+    rows: list[tuple[str, ...]] = []
     notes: list[str] = []
     for index, cell in enumerate(cells):
         row = [cell, center_text(baseline, cell)]
@@ -479,15 +490,10 @@ def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellCompar
                     notes.append(warning)
                 marks += f"[{notes.index(warning) + 1}]"
             row += [center_text(candidate, cell), format_change(cell, comparison) + marks]
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines += TABLE_LEGEND
-    lines.append(table_test_text(families, cells))
-    for candidate in groups[1:]:
-        lines.append(f"{candidate.label} vs {baseline.label}: "
-                     f"{instance_scope(baseline, candidate).text()}")
-    lines += [f"[{i}] {note}" for i, note in enumerate(notes, start=1)]
-    return "\n".join(lines)
+        rows.append(tuple(row))
+    return TextTable(
+        header=tuple(header), rows=tuple(rows),
+        notes=(*TABLE_LEGEND, table_test_text(families, cells),
+               *(f"{candidate.label} vs {baseline.label}: "
+                 f"{instance_scope(baseline, candidate).text()}" for candidate in groups[1:]),
+               *(f"[{i}] {note}" for i, note in enumerate(notes, start=1))))

@@ -20,6 +20,7 @@ from vllm_slo.analysis.comparison import (
     CellPlan,
     Group,
     InstanceScope,
+    TextTable,
     benchstat_table,
     center_estimate,
     compare_groups,
@@ -317,7 +318,10 @@ class ExperimentSummary(EchoesScenario):
     comparisons: tuple[ComparisonEntry, ...]
     planning: tuple[PlanEntry, ...]
     provenance_differences: Mapping[str, Mapping[str, Any]]  # key -> {label: value}
-    benchstat: str  # the benchstat-style table ("" without a comparison)
+    # the benchstat-style table, then (an experiment with a design) its decisions; none
+    # without a comparison. summary.json's `benchstat` is their text, laid out by the writer
+    # (reports/render/tables.py)
+    benchstat: tuple[TextTable, ...]
     exit_code: int
     invalid_reasons: tuple[str, ...]
     warnings: tuple[str, ...]
@@ -470,7 +474,7 @@ def _excluded_warning(variant: VariantEntry) -> list[str]:
 class _Compared:
     comparisons: tuple[ComparisonEntry, ...]
     planning: tuple[PlanEntry, ...]
-    benchstat: str
+    benchstat: tuple[TextTable, ...]
     reach_warnings: tuple[str, ...]  # per pair, from its actual trial counts
     instance_warnings: tuple[str, ...] = ()  # per pair whose trials shared server instances
 
@@ -487,7 +491,7 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
                               instances=instance_scope(groups[0], candidate))
               for f, candidate in zip(families, groups[1:], strict=True)),
         tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha, test)),
-        benchstat_table(groups, families, cells) if families else "", reach, shared)
+        (benchstat_table(groups, families, cells),) if families else (), reach, shared)
 
 
 def round_values(baseline: Group, candidate: Group, cells: Sequence[str]
@@ -531,28 +535,23 @@ def _with_decisions(comparisons: Sequence[ComparisonEntry], design: SequentialDe
 
 
 def decision_table(comparisons: Sequence[ComparisonEntry], cells: Sequence[str],
-                   stopping: Stopping | None, design: SequentialDesign) -> str:
+                   stopping: Stopping | None, design: SequentialDesign) -> TextTable:
     """The benchstat table's decision rows: per cell, each pair's decision at the last look."""
-    header = ["decision", *(f"{c.candidate} vs {c.baseline}" for c in comparisons)]
-    rows = [header]
-    for index, cell in enumerate(cells):
-        row = [cell]
-        for comparison in comparisons:
-            decision = comparison.cells[index].decision
-            row.append("–" if decision is None else decision.text)
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    def shown(decision: DecisionEntry | None) -> str:
+        return "–" if decision is None else decision.text
+
+    rows = tuple((cell, *(shown(comparison.cells[index].decision) for comparison in comparisons))
+                 for index, cell in enumerate(cells))
     kind = ("sequential design, O'Brien-Fleming-type alpha spending over the looks"
             if design.sequential else "fixed design, one look")
-    lines.append(f"decision: {kind}; changed = significant after Holm, equivalent = within "
-                 f"±{design.effect:.0%} by two one-sided tests, each at alpha "
-                 f"{design.alpha:g} (docs/statistics.md)")
+    notes = [f"decision: {kind}; changed = significant after Holm, equivalent = within "
+             f"±{design.effect:.0%} by two one-sided tests, each at alpha "
+             f"{design.alpha:g} (docs/statistics.md)"]
     if stopping is not None:
-        lines.append(stopping.text)
-    return "\n".join(lines)
+        notes.append(stopping.text)
+    return TextTable(
+        header=("decision", *(f"{c.candidate} vs {c.baseline}" for c in comparisons)),
+        rows=rows, notes=tuple(notes))
 
 
 def side_by_side_warnings(scenario: Scenario, rounds: int | None = None) -> list[str]:
@@ -625,7 +624,7 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
     if design is not None and comparisons and looked > 0 and stopping is not None:
         decided = look_decisions(design, groups, cells, looked)
         comparisons = _with_decisions(comparisons, design, decided, looked)
-        benchstat += "\n\n" + decision_table(comparisons, cells, stopping, design)
+        benchstat += (decision_table(comparisons, cells, stopping, design),)
     slos = [slo for variant in variants for slo in variant.slos]
     summary = ExperimentSummary(
         kind="experiment", run_id=run_id, scenario=redact_secrets(scenario.to_yaml_dict()),

@@ -33,6 +33,7 @@ from vllm_slo.reports.render.experiment_text import (
     render_experiment_text,
 )
 from vllm_slo.reports.render.markdown import append_step_summary
+from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.reports.trial_folders import collect_trials, naming, read_scenario
 from vllm_slo.run_folder.run_files import (
@@ -82,10 +83,19 @@ def read_stopping(run_dir: Path) -> Stopping | None:
     return stopping
 
 
+def summary_document(summary: ExperimentSummary) -> dict[str, Any]:
+    """summary.json's content: the summary's fields (`serialise.to_json`), its tables as the
+    text they are laid out as (`benchstat`, one string: the benchstat table, then the
+    decisions)."""
+    document = to_json(summary)
+    document["benchstat"] = tables_text(summary.benchstat)
+    return document
+
+
 def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence[Group]
                      ) -> WrittenExperiment:
     """summary.json (the summary's one serialisation) and report.html into `out_dir`."""
-    document = to_json(summary)
+    document = summary_document(summary)
     summary_path = out_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(document, indent=2) + "\n")
     view = build_experiment_view(summary, {g.label: pooled_series(g.trials) for g in groups})

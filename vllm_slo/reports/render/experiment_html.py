@@ -41,6 +41,7 @@ from vllm_slo.reports.render.figures import (
 )
 from vllm_slo.reports.render.html import FigureView, render_template
 from vllm_slo.reports.render.plotly_bundle import plotly_js
+from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,
@@ -309,7 +310,7 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
                                  f"{variant.valid_trials} of {len(variant.trials)}",
                                  _args_text(variant.server_args))
                       for variant in summary.variants],
-        benchstat=summary.benchstat, comparison_test=_comparison_test(summary),
+        benchstat=tables_text(summary.benchstat), comparison_test=_comparison_test(summary),
         comparison_legend=" ".join(TABLE_LEGEND),
         comparison_rows=comparison_rows, comparison_notes=comparison_notes,
         estimate_rows=_estimate_rows(summary),

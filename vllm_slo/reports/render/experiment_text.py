@@ -11,6 +11,7 @@ from vllm_slo.analysis.experiment_summary import (
     PlanEntry,
     VariantEntry,
 )
+from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.render.text import format_observed, format_trials_needed, scope_note
 
 ESTIMATES_TITLE = ("trial-level estimates (geometric mean of the valid trials, 95% t interval "
@@ -52,7 +53,7 @@ def render_experiment_text(summary: ExperimentSummary) -> str:
             lines.append(f"  ({scope_note(variant.slos)})")
         lines += _estimate_lines(variant)
     if summary.benchstat:
-        lines += ["", summary.benchstat]
+        lines += ["", tables_text(summary.benchstat)]
     lines += [plan_line(plan) for plan in summary.planning]
     lines += [f"INVALID      {reason}" for reason in summary.invalid_reasons]
     lines += [f"warning: {warning}" for warning in summary.warnings]
@@ -66,7 +67,7 @@ def render_comparison_text(summary: ExperimentSummary) -> str:
     for variant in summary.variants:
         lines.append(f"[{variant.label}] {variant.valid_trials} valid trial(s)")
         lines += _estimate_lines(variant)
-    lines += ["", summary.benchstat]
+    lines += ["", tables_text(summary.benchstat)]
     lines += [plan_line(plan) for plan in summary.planning]
     lines += [f"provenance differs: {key}: {json.dumps(values)}"
               for key, values in summary.provenance_differences.items()]
