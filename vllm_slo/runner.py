@@ -60,6 +60,7 @@ from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.profile_specs import ShareGptSpec
 from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
+from vllm_slo.serialise import to_json
 from vllm_slo.servers.core_split import NO_SPLIT
 from vllm_slo.servers.host import detect_platform, git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
@@ -501,7 +502,7 @@ def _traffic_phase(trial: _Trial, served: _Served,
     workers = load.workers
     recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
     facts = server_facts(_launch_log(server), recorder.first_values)
-    (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(facts.to_json_dict(), indent=2))
+    (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(to_json(facts), indent=2))
     if describe(facts):
         say(describe(facts))
 
@@ -551,7 +552,7 @@ def _collect_phase(trial: _Trial) -> None:
     outages = table_outages(table)
     if outages:  # the server went away: when, for how long, what it cost (also in the report)
         start = min(table.column("send_unix_s").to_pylist())
-        status.server_unreachable = [outage.to_json_dict(start) for outage in outages]
+        status.server_unreachable = [to_json(outage.record(start)) for outage in outages]
         status.write(run_dir)
 
 

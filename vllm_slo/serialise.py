@@ -15,7 +15,7 @@ defaults). A field that is written otherwise says so in its metadata, `json_fiel
 - `flatten`: the (converted) object's keys stand in this object, not under the field's key.
 
 Values: a dataclass recursively; an Enum as its value; a mapping as an object; a tuple or list
-as a list; anything else as it is (str, int, float, bool, None). A number the document states
+as a list; anything else as it is (str, int, float, bool, None). A value the document states
 but the result derives (`healthy`, `valid_trials`) is a field too, `init=False`, set in
 `__post_init__` by `derive`: the document is the result's fields, nothing else.
 """

@@ -37,11 +37,12 @@ class Outage:
     def duration_s(self) -> float:
         return self.end_unix_s - self.start_unix_s
 
-    def to_json_dict(self, run_start_unix_s: float) -> dict[str, object]:
-        return {"start_utc": _utc(self.start_unix_s),
-                "start_offset_s": round(self.start_unix_s - run_start_unix_s, 3),
-                "duration_s": round(self.duration_s, 3), "requests": self.requests,
-                "first_error": self.first_error, "to_the_end": self.to_the_end}
+    def record(self, run_start_unix_s: float) -> OutageRecord:
+        """As run_status.json's `server_unreachable` states it, in the run's time."""
+        return OutageRecord(start_utc=_utc(self.start_unix_s),
+                            start_offset_s=round(self.start_unix_s - run_start_unix_s, 3),
+                            duration_s=round(self.duration_s, 3), requests=self.requests,
+                            first_error=self.first_error, to_the_end=self.to_the_end)
 
     def reason(self, run_start_unix_s: float) -> str:
         when = (f"{_utc(self.start_unix_s)} ({self.start_unix_s - run_start_unix_s:+.1f} s into "
@@ -50,6 +51,19 @@ class Outage:
                 else f"for {self.duration_s:.1f} s")
         return (f"server unreachable from {when} {span}: {self.requests} requests got no "
                 f"response (first: {self.first_error}); rows before it are valid")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutageRecord:
+    """An outage in the run's time: its start (UTC, and seconds into the run) and length,
+    rounded to the millisecond."""
+
+    start_utc: str
+    start_offset_s: float
+    duration_s: float
+    requests: int
+    first_error: str
+    to_the_end: bool
 
 
 def _utc(unix_s: float) -> str:

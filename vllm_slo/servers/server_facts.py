@@ -16,7 +16,7 @@ import ast
 import contextlib
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)$", re.M)
@@ -48,9 +48,6 @@ class ServerFacts:
     max_concurrency: float | None = None  # requests of `max_concurrency_at_tokens` at once
     max_concurrency_at_tokens: int | None = None
     engine_init_s: float | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _number(text: str) -> float:
