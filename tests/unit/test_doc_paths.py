@@ -120,6 +120,27 @@ def test_a_cited_section_of_a_page_exists() -> None:
     assert stale == {}
 
 
+README_SECTION = re.compile(r"""README(?:\.md)?(?:'s)? ["'\u00a7]""")
+
+
+def test_nothing_cites_a_readme_section() -> None:
+    """README is a front door that may be reorganised freely: code, tests, scenarios and
+    schemas cite docs pages by path, never a README section by title."""
+    citing = {}
+    for top in (*CITING, "reports"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix in (".py", ".yaml", ".sh", ".json") and path.is_file() \
+                    and path != Path(__file__):
+                lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                         if README_SECTION.search(line)]
+                if lines:
+                    citing[str(path.relative_to(REPO))] = lines
+    assert citing == {}
+    assert README_SECTION.search("""(see README "Exit codes")""")
+    assert README_SECTION.search("(README 'Measurement health')")
+    assert not README_SECTION.search("vendor/README.md lists them")
+
+
 def test_the_section_checker_sees_a_stale_cite() -> None:
     assert stale_section_cites('see docs/statistics.md "No such section here"') == [
         'docs/statistics.md "No such section here"']

@@ -192,7 +192,7 @@ class TrafficSpec(Frozen):
         0.05, alias="max_loop_lag_p99", gt=0,
         description="a run whose load-generator event-loop lag p99 exceeds this is flagged "
         "client-limited (its timestamps are late by that much); the main job on a 2-core box "
-        "measured 2.9-27.6 ms (README 'Measurement health'); lower it for fast servers")
+        "measured 2.9-27.6 ms (docs/measurement.md); lower it for fast servers")
     min_held_concurrency: float = Field(
         0.98, gt=0, le=1,
         description="closed loop: a run whose users were busy (in flight or thinking) less than "
