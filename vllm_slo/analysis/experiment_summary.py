@@ -1,8 +1,9 @@
 """An experiment's (trials × variants) or a comparison's (saved runs) summary as one frozen
 typed value (pure): per-variant statistics across trials, SLO verdicts from across-trial
 confidence intervals, comparisons between groups (benchstat table), trial planning and the
-provenance that differs. `serialise.to_json(summary)` is its one serialisation
-(reports/schema/experiment-summary.schema.json); the renderers read the typed value."""
+provenance that differs. summary.json is `serialise.to_json(summary)` with the tables laid
+out as their text (`vllm_slo/reports/experiment_report.py: summary_document`; schema:
+reports/schema/experiment-summary.schema.json); the renderers read the typed value."""
 
 from __future__ import annotations
 
