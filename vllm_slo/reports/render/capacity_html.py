@@ -70,7 +70,6 @@ class StepRow:
     stability: str  # "stable" or why not
     stability_class: str  # "" or "warning"
     goodput: str
-    output: str
     problems: str  # the step's invalid reasons, or ""
     report: str  # its run's report.html, relative to this page
 
@@ -234,7 +233,6 @@ def step_rows(document: CapacityDocument, report_prefix: str) -> list[StepRow]:
             step.stability.reason or "unstable"),
         stability_class="" if step.stability.stable else "warning",
         goodput=rate_text(step.goodput_per_s, "req/s"),
-        output=rate_text(step.output_tokens_per_s, "tok/s"),
         problems=redact_text("; ".join(step.invalid_reasons)),
         report=f"{report_prefix}{step.run_dir}/{REPORT_FILE}")
         for index, step in enumerate(document.steps, start=1)]
