@@ -4,9 +4,11 @@ behind ``benchmarks/capacity_calibration.py`` and ``benchmarks/capacity_cost.py`
 coverage test in ``tests/unit/test_capacity_search.py``.
 
 Each step is read as ``vllm-slo capacity`` reads a real one: every SLO's verdict from
-``percentile_threshold_test`` on the measured series in send order, its point value
-``np.quantile``, and the stability rule of ``vllm_slo.analysis.capacity.stability`` (TTFT's
-per-quarter medians growing by 1.5x and 50 ms; the stand-in exports no waiting gauge). A step
+``percentile_threshold_test`` on the measured series in send order (with
+``analysis.verdicts._evaluate``'s sectioning fallback where the percentile's own interval
+came from sectioning), its point value ``np.quantile``, and the stability rule of
+``vllm_slo.analysis.capacity.stability`` (TTFT's per-quarter medians growing by 1.5x and
+50 ms; the stand-in exports no waiting gauge). A step
 at window factor k runs the warm-up then k times the window, as ``capacity_runner`` does; the
 budget is checked before each step as there (the step's warm-up + window, no overhead).
 """
@@ -45,6 +47,12 @@ from vllm_slo.stats.capacity_search import (
     plan_next,
     quarter_levels,
 )
+from vllm_slo.stats.statistics import (
+    SECTIONING_METHOD,
+    Verdict,
+    percentile_estimate,
+    slo_verdict,
+)
 
 MAX_STEPS = 60  # a guard: a search never needs this many
 
@@ -65,10 +73,16 @@ class PercentileSlo:
 
     def reading(self, run: QueueRun, confidence: float) -> SloReading:
         series = run.latency(self.metric)
+        observed = percentile_estimate(series, self.percentile, confidence)
         test = percentile_threshold_test(series, self.percentile, "<", self.threshold_s,
-                                         confidence)
+                                         confidence, observed)
+        verdict = test.verdict
+        if verdict is Verdict.INCONCLUSIVE and observed.method == SECTIONING_METHOD:
+            # as verdicts._evaluate: too few samples beyond the percentile for the quantile
+            # test (a p99 of 120 requests): the sectioning interval decides what it clearly can
+            verdict = slo_verdict(observed, "<", self.threshold_s)
         value = float(np.quantile(series, self.percentile / 100.0)) if series.size else None
-        return SloReading(self.text, value, self.threshold_s, True, test.verdict)
+        return SloReading(self.text, value, self.threshold_s, True, verdict)
 
 
 @dataclass(frozen=True, slots=True)
