@@ -4,6 +4,8 @@
     vllm-slo run --resume RUN_DIR [key=secret ...]          continue an interrupted experiment
     vllm-slo tune scenario=NAME [dotted.key=value ...]    search the scenario's tune space
     vllm-slo tune --resume RUN_DIR [key=secret ...]         continue an interrupted tune
+    vllm-slo capacity scenario=NAME [dotted.key=value ...]  the highest load within the SLOs
+    vllm-slo capacity --resume DIR [key=secret ...]         continue an interrupted search
     vllm-slo report RUN_DIR                                 re-render a run folder's outputs
     vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
     vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
@@ -119,6 +121,24 @@ def command_tune(arguments: Sequence[str], resume: Path | None, runs_root: Path,
     return int(outcome.exit_code)
 
 
+def command_capacity(arguments: Sequence[str], resume: Path | None, runs_root: Path,
+                     say: Writer) -> int:
+    from vllm_slo.capacity_runner import resume_capacity, run_capacity  # heavy imports
+
+    if resume is not None:
+        _no_scenario_on_resume(arguments, f"the capacity search in {resume}")
+        outcome = resume_capacity(resume, say, arguments)
+    else:
+        scenario_ref, overrides = _split_run_arguments(arguments)
+        scenario, path = load_scenario(scenario_ref, overrides)
+        say(f"scenario {scenario.name} from {path}")
+        outcome = run_capacity(scenario, runs_root, say)
+    say("\n" + outcome.rendered.text)
+    say(f"\ncapacity report: {outcome.rendered.report_path}")
+    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
+    return int(outcome.exit_code)
+
+
 def _percent(text: str) -> float:
     try:
         return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
@@ -147,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                       help="continue an interrupted tune from its folder (key=value: only "
                            "the credentials its tune.yaml holds as ***)")
+    capacity = sub.add_parser("capacity", help="search the highest load carried within the "
+                              "SLOs (the scenario's capacity: section)")
+    capacity.add_argument("arguments", nargs="*", metavar="scenario=NAME|key=value")
+    capacity.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                          help="continue an interrupted search from its folder (key=value: "
+                               "only the credentials its scenario.yaml holds as ***)")
     report = sub.add_parser("report", help="re-render a run folder")
     report.add_argument("run_dir", type=Path)
     compare = sub.add_parser("compare", help="compare saved runs (first = baseline)")
@@ -218,6 +244,8 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
                            options.resume)
     if options.command == "tune":
         return command_tune(options.arguments, options.resume, options.runs_dir, say)
+    if options.command == "capacity":
+        return command_capacity(options.arguments, options.resume, options.runs_dir, say)
     if options.command == "scenarios":
         say("\n".join(shipped_scenarios()))
         return ExitCode.PASS

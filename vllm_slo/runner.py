@@ -562,6 +562,79 @@ def _report_phase(trial: _Trial) -> tuple[ExitCode, RenderedRun]:
     return ExitCode(rendered.summary["exit_code"]), rendered
 
 
+def _measure(trial: _Trial, served: _Served,
+             before_traffic: Callable[[], float | None] = lambda: None) -> None:
+    """Plan and traffic on a server that answered; a Ctrl-C is an interrupted run. Whatever
+    happens, provenance.json and run_status.json are written and the log scrubbed."""
+    spec, record = trial.spec, trial.record
+    try:
+        _plan_phase(trial, served)
+        _traffic_phase(trial, served, before_traffic)
+    except KeyboardInterrupt:
+        record.status.interrupted = True
+        raise
+    finally:
+        record.provenance.write(trial.run_dir, redact_secrets)
+        record.status.write(trial.run_dir)
+        _scrub_server_log(trial.run_dir / SERVER_LOG_FILE, spec, trial.api_key)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedServer:
+    """One server serving several runs (a capacity search's steps): what answered, and what
+    its provenance says of it (copied into each run's provenance.json)."""
+
+    served: _Served
+    server_facts: dict[str, Any]
+
+
+# provenance fields that describe the server, not the run
+_SERVER_FIELDS = ("launch", "vllm_version", "model_id", "max_model_len", "server_url",
+                  "server_pid", "server_instance", "server_ready_after_s")
+
+
+@contextmanager
+def shared_server(scenario: Scenario, folder: Path, say: Printer = print
+                  ) -> Iterator[SharedServer]:
+    """Launch (or attach to) the scenario's server once, its log and provenance in `folder`;
+    runs made with `run_on_server` use it until the `with` block ends (the server stops then,
+    however it ends)."""
+    trial = _open_trial(scenario, folder, say)
+    try:
+        with _server_phase(trial) as served:
+            facts = trial.record.provenance.to_json_dict()
+            yield SharedServer(served, {key: facts[key] for key in _SERVER_FIELDS
+                                        if facts.get(key) is not None})
+    except ServerError as error:
+        error.args = (_scrubbed(str(error), trial.spec, trial.api_key),)
+        raise
+    finally:
+        trial.record.provenance.write(trial.run_dir, redact_secrets)
+        _scrub_server_log(trial.run_dir / SERVER_LOG_FILE, trial.spec, trial.api_key)
+
+
+def run_on_server(scenario: Scenario, run_dir: Path, shared: SharedServer,
+                  say: Printer = print) -> tuple[ExitCode, RenderedRun]:
+    """One run on a server that `shared_server` keeps up: plan (the prefix cache reset or
+    primed as the traffic asks), traffic, rows, report. The scenario's server section is the
+    shared server's. A Ctrl-C renders what was recorded, then goes on up (the caller stops
+    the server)."""
+    trial = _open_trial(scenario, run_dir, say)
+    trial.record.note(**shared.server_facts)
+    if shared.served.server.failure() is not None:
+        raise ServerError(f"the server died before this run: "
+                          f"{(shared.served.server.failure() or '').splitlines()[0]}")
+    try:
+        _measure(trial, shared.served)
+    except KeyboardInterrupt:
+        say("interrupted: rendering what was recorded")
+        _collect_phase(trial)
+        _report_phase(trial)
+        raise
+    _collect_phase(trial)
+    return _report_phase(trial)
+
+
 def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
               before_traffic: Callable[[], float | None] = lambda: None
               ) -> tuple[ExitCode, RenderedRun]:
@@ -575,13 +648,13 @@ def run_trial(scenario: Scenario, run_dir: Path, say: Printer = print,
     spec, record = scenario.server, trial.record
     try:  # from here a Ctrl-C / SIGTERM (a tune's or experiment's watchdog) is an interrupted run
         with _server_phase(trial) as served:
-            _plan_phase(trial, served)
-            _traffic_phase(trial, served, before_traffic)
+            _measure(trial, served, before_traffic)
     except ServerError as error:  # its text may quote the server's log (vLLM echoes its args)
         error.args = (_scrubbed(str(error), spec, trial.api_key),)
         raise
     except KeyboardInterrupt:
-        record.status.interrupted = True
+        record.status.interrupted = True  # also when the server phase was interrupted
+        record.status.write(trial.run_dir)
         say("interrupted: server stopped; rendering what was recorded")
     finally:
         record.provenance.write(trial.run_dir, redact_secrets)

@@ -302,7 +302,13 @@ def report_saved_run(run_dir: Path) -> CommandResult:
     """Rebuild every output of a run folder from the folder alone; an experiment re-renders
     each trial's outputs first, then its own."""
     _run_folder(run_dir)
+    from vllm_slo.reports.capacity_report import is_capacity_folder, render_capacity
     from vllm_slo.tuner import is_tune, report_tune
+
+    if is_capacity_folder(run_dir):
+        capacity = render_capacity(run_dir)
+        return CommandResult(f"{capacity.text}\n\ncapacity report: {capacity.report_path}",
+                             ExitCode(capacity.exit_code), capacity.report_path)
 
     if is_tune(run_dir):
         for trial_dir, _, _ in trial_folders(run_dir) if is_experiment(run_dir) else []:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
+from vllm_slo.scenarios.capacity_spec import RATE_KEY, CapacitySpec
 from vllm_slo.scenarios.experiment_spec import (
     MAX_SEQUENTIAL_TRIALS,
     VARIANT_KEYS,
@@ -27,7 +28,7 @@ from vllm_slo.scenarios.metrics import split_cell
 from vllm_slo.scenarios.model_base import Frozen
 from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.scenarios.slo_spec import AbortSpec, SloSpec
-from vllm_slo.scenarios.traffic_spec import TrafficSpec
+from vllm_slo.scenarios.traffic_spec import OPEN_LOOP_KINDS, TrafficSpec
 from vllm_slo.scenarios.tune_spec import TuneSpec
 
 MAX_NAME_CHARS = 100  # a scenario's or variant's name is part of a folder's name
@@ -53,6 +54,31 @@ class Scenario(Frozen):
     tune: TuneSpec | None = Field(None, description="`vllm-slo tune`: the search space")
     side_by_side: SideBySideSpec | None = Field(
         None, description="run each round's variants at once, on rotating device slots")
+    capacity: CapacitySpec | None = Field(
+        None, description="`vllm-slo capacity`: the load searched for the highest one carried "
+                          "within the SLOs")
+
+    @model_validator(mode="after")
+    def _capacity_varies_this_traffic(self) -> Scenario:
+        capacity = self.capacity
+        if capacity is None:
+            return self
+        arrival = self.traffic.arrival
+        if capacity.load == RATE_KEY and arrival.kind not in OPEN_LOOP_KINDS:
+            raise ValueError(f"capacity.load = {capacity.load}: an open-loop rate, but "
+                             f"traffic.arrival.kind is {arrival.kind!r} (use one of "
+                             f"{', '.join(OPEN_LOOP_KINDS)}, or capacity.load: "
+                             "traffic.arrival.users for a closed loop)")
+        if capacity.load != RATE_KEY and arrival.kind != "closed":
+            raise ValueError(f"capacity.load = {capacity.load}: closed-loop users, but "
+                             f"traffic.arrival.kind is {arrival.kind!r} (use closed)")
+        if self.side_by_side is not None:
+            raise ValueError("capacity and side_by_side do not mix: a capacity search runs "
+                             "its steps one at a time on one server")
+        if not self.slo.rules():
+            raise ValueError("capacity: the search looks for the highest load within the "
+                             "SLOs, and slo: declares none")
+        return self
 
     @model_validator(mode="after")
     def _parts_named_are_parts_of_the_mix(self) -> Scenario:
@@ -163,6 +189,7 @@ class Scenario(Frozen):
         document.pop("variants")
         document.pop("tune", None)
         document.pop("side_by_side", None)
+        document.pop("capacity", None)
         document["trials"] = self.max_trials  # an arm is one trial's scenario: no design
         return document
 
@@ -171,7 +198,7 @@ class Scenario(Frozen):
         `tune`, `side_by_side`, `server.devices` and the LoRA keys only when set."""
         document = self.model_dump(mode="json", by_alias=True)
         document["trials"] = self.trials.to_yaml()
-        for key in ("tune", "side_by_side"):
+        for key in ("tune", "side_by_side", "capacity"):
             if document[key] is None:
                 del document[key]
         if document["server"]["devices"] is None:

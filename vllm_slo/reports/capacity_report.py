@@ -1,0 +1,115 @@
+"""A capacity folder's outputs, rebuilt from its capacity.json alone: report.html (the curves
+against load and the capacity marked), summary.md, junit.xml and the terminal text. A folder
+of variants (variants/<name>/capacity.json each) renders each variant and their comparison.
+
+    vllm-slo report runs/<id>-capacity
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_slo.analysis.capacity import CapacityDocument
+from vllm_slo.analysis.capacity_comparison import CapacityRatio, capacity_ratio
+from vllm_slo.reports.render.capacity_text import (
+    render_capacity_junit,
+    render_capacity_markdown,
+    render_capacity_text,
+    render_comparison_text,
+)
+from vllm_slo.reports.trial_folders import naming
+from vllm_slo.run_folder.run_files import JUNIT_FILE, REPORT_FILE, SUMMARY_MD_FILE
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.serialise import to_json
+
+CAPACITY_FILE = "capacity.json"
+VARIANTS_DIR = "variants"
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedCapacity:
+    text: str
+    exit_code: int
+    report_path: Path
+    documents: dict[str, CapacityDocument]  # by variant ("" : the scenario has none)
+    ratios: dict[str, CapacityRatio]  # each variant's against the first (variants only)
+
+
+def write_capacity(folder: Path, document: CapacityDocument) -> Path:
+    path = folder / CAPACITY_FILE
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(to_json(document), indent=2) + "\n")
+    temporary.replace(path)  # a reader never sees half a file
+    return path
+
+
+def is_capacity_folder(folder: Path) -> bool:
+    """A capacity search's folder: its capacity.json, or its variants'."""
+    variants = folder / VARIANTS_DIR
+    return (folder / CAPACITY_FILE).is_file() or (variants.is_dir() and any(
+        (sub / CAPACITY_FILE).is_file() for sub in variants.iterdir()))
+
+
+def read_capacity(folder: Path) -> CapacityDocument:
+    path = folder / CAPACITY_FILE
+    if not path.is_file():
+        raise ScenarioError(f"{folder} is not a capacity folder (no {CAPACITY_FILE})")
+    with naming(path):
+        return CapacityDocument.from_json_dict(json.loads(path.read_text()))
+
+
+def capacity_documents(folder: Path) -> dict[str, CapacityDocument]:
+    """The folder's search ("" ) or its variants' (by name, in the scenario's order)."""
+    if (folder / CAPACITY_FILE).is_file():
+        return {"": read_capacity(folder)}
+    variants = folder / VARIANTS_DIR
+    if not variants.is_dir():
+        raise ScenarioError(f"{folder} is not a capacity folder (no {CAPACITY_FILE} nor "
+                            f"{VARIANTS_DIR}/)")
+    found = {sub.name: read_capacity(sub) for sub in variants.iterdir()
+             if (sub / CAPACITY_FILE).is_file()}
+    order = _variant_order(folder, list(found))
+    return {name: found[name] for name in order}
+
+
+def _variant_order(folder: Path, names: list[str]) -> list[str]:
+    """The scenario's variant order (the first is the baseline), else alphabetical."""
+    import yaml
+
+    try:
+        scenario = yaml.safe_load((folder / "scenario.yaml").read_text())
+        declared = list(scenario.get("variants") or {})
+    except (OSError, ValueError, AttributeError):
+        declared = []
+    return [n for n in declared if n in names] + sorted(n for n in names if n not in declared)
+
+
+def render_capacity(folder: Path) -> RenderedCapacity:
+    documents = capacity_documents(folder)
+    ratios: dict[str, CapacityRatio] = {}
+    if len(documents) > 1:
+        names = list(documents)
+        baseline = documents[names[0]]
+        ratios = {name: capacity_ratio(baseline.capacity, documents[name].capacity)
+                  for name in names[1:]}
+    text = "\n\n".join(render_capacity_text(doc) for doc in documents.values())
+    if ratios:
+        text += "\n\n" + render_comparison_text(next(iter(documents)), ratios, documents)
+    report_path = folder / REPORT_FILE
+    from vllm_slo.reports.render.capacity_html import render_capacity_html
+
+    report_path.write_text(render_capacity_html(documents, ratios), encoding="utf-8")
+    (folder / JUNIT_FILE).write_text(render_capacity_junit(documents), encoding="utf-8")
+    (folder / SUMMARY_MD_FILE).write_text(render_capacity_markdown(documents, ratios),
+                                          encoding="utf-8")
+    exit_code = max((ExitCode(doc.exit_code) for doc in documents.values()),
+                    key=_severity)
+    return RenderedCapacity(text, int(exit_code), report_path, documents, ratios)
+
+
+def _severity(code: ExitCode) -> int:
+    """4 (invalid) over 1 (require missed) over 3 (undecided) over 0."""
+    return {ExitCode.PASS: 0, ExitCode.INCONCLUSIVE: 1, ExitCode.SLO_FAILED: 2,
+            ExitCode.INVALID_MEASUREMENT: 3}.get(code, 3)
