@@ -299,11 +299,14 @@ def quarter_levels(times_s: np.ndarray, values: np.ndarray, start_s: float, span
     return np.asarray(levels)
 
 
-def grows(levels: np.ndarray | None, ratio: float, floor: float) -> bool:
-    """A level that rises quarter after quarter and ends at least `ratio` times and `floor`
+def grows(levels: np.ndarray | None, ratio: float, floor: float,
+          plateau: bool = False) -> bool:
+    """A level that rises quarter after quarter (`plateau`: never falls, for a queue that
+    reaches the client's in-flight cap and stays there) and ends at least `ratio` times and `floor`
     above where it began (a queue filling up; a stationary series rises through four
     quarters with probability 1/24 and rarely by that much)."""
     if levels is None:
         return False
-    rising = bool(np.all(np.diff(levels) > 0))
+    steps = np.diff(levels)
+    rising = bool(np.all(steps >= 0) if plateau else np.all(steps > 0))
     return rising and levels[-1] >= ratio * levels[0] and levels[-1] - levels[0] >= floor

@@ -1,0 +1,73 @@
+"""`vllm-slo capacity` end to end: against the stand-in of known capacity (a FIFO of 8 slots,
+0.68 s a request: its steady state crosses `ttft p90 < 500ms` at 9.84 req/s,
+tests/support/queue_simulation.py), and against real vLLM (CPU build, tiny model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.integration.conftest import REPO, requires_vllm, run_cli, standin_server
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = json.loads((REPO / "reports" / "schema" / "capacity.schema.json").read_text())
+TRUE_CROSSING_REQ_S = 9.84  # M/D/8, 0.68 s service, TTFT = wait + 50 ms: ttft p90 = 500 ms
+
+
+def _checked(folder: Path) -> dict:
+    data = json.loads((folder / "capacity.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    for step in data["steps"]:  # each step is a run folder with its own report
+        assert (folder / step["run_dir"] / "summary.json").is_file(), step["run_dir"]
+    report = (folder / "report.html").read_text()
+    assert "capacity" in report.lower()
+    assert (folder / "junit.xml").is_file() and (folder / "summary.md").is_file()
+    return data
+
+
+def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None:
+    # far-apart ends and a 100% tolerance: every step is decided far from the crossing
+    # (2 under; 30 over, its queue growing; 7.7 under; 15.2 over), so the bracket must hold it
+    with standin_server("--max-concurrency", "8", "--ttft", "0.05", "--itl", "0.01") as url:
+        result = run_cli([
+            "capacity", "scenario=capacity-cpu", f"server.url={url}",
+            "traffic.prefix_cache=keep", "traffic.warmup=5s", "traffic.duration=20s",
+            "traffic.chat.output_tokens=64", "traffic.chat.system_prompt_tokens=20",
+            "traffic.chat.user_tokens=10", "slo.e2e=[]", "slo.ttft=[\"p90 < 500ms\"]",
+            "capacity.low=2", "capacity.high=30", "capacity.tolerance=100%",
+            "capacity.budget=10m"], tmp_path / "runs", timeout_s=900)
+    assert result.returncode == 0, result.output
+    assert result.run_dir is not None
+    data = _checked(result.run_dir)
+    low, high = data["capacity"]["interval"]
+    assert low <= TRUE_CROSSING_REQ_S <= high, data["capacity"]
+    assert data["limiting_slo"] == "ttft p90 < 500ms"
+    assert data["status"] == "bracketed"
+    outcomes = {step["load"]: step["outcome"] for step in data["steps"]}
+    assert outcomes[2] == "under" and outcomes[30] == "over", outcomes
+    over = next(step for step in data["steps"] if step["load"] == 30)
+    assert not over["stability"]["stable"], over["stability"]  # the queue grew
+    assert "step 30 req/s" in result.output  # a line as each step ends
+    again = run_cli(["report", str(result.run_dir)], tmp_path / "runs")
+    assert again.returncode == 0, again.output
+    assert "capacity" in again.output
+
+
+@requires_vllm
+def test_a_capacity_search_on_vllm_cpu(tmp_path: Path) -> None:
+    result = run_cli([
+        "capacity", "scenario=capacity-cpu", "traffic.warmup=3s", "traffic.duration=15s",
+        "capacity.low=0.5", "capacity.high=16", "capacity.tolerance=100%",
+        "capacity.lengthen=0", "capacity.budget=4m"], tmp_path / "runs", timeout_s=600)
+    assert result.returncode in (0, 3), result.output
+    assert result.run_dir is not None
+    data = _checked(result.run_dir)
+    outcomes = {step["load"]: step["outcome"] for step in data["steps"]}
+    assert outcomes.get(0.5) == "under", outcomes  # the tiny model carries 0.5 req/s
+    assert outcomes.get(16) == "over", outcomes  # and not 16 (~500 output tokens/s)
+    assert len(data["steps"]) >= 3
+    assert data["capacity"]["interval"][0] >= 0.5
