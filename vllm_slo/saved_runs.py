@@ -142,6 +142,11 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     _check_range("--alpha", alpha, 0.0, 1.0)
+    from vllm_slo.reports.capacity_report import compare_capacity_folders, is_capacity_folder
+
+    if all(is_capacity_folder(run_dir) for run_dir in run_dirs):
+        text, code = compare_capacity_folders(list(run_dirs), force=force)
+        return CommandResult(text, code)
     groups = [group for run_dir in run_dirs for group in groups_of(run_dir)]
     repeated = _same_trials(groups)
     if repeated:
@@ -255,6 +260,11 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
                     ) -> CommandResult:
     _check_range("--margin", margin, 0.0, 1.0, low_included=True)
     _check_range("--alpha", alpha, 0.0, 1.0)
+    from vllm_slo.reports.capacity_report import gate_capacity_folders, is_capacity_folder
+
+    if is_capacity_folder(candidate_dir) and is_capacity_folder(baseline_dir):
+        text, code = gate_capacity_folders(candidate_dir, baseline_dir, margin, force)
+        return CommandResult(text, code)
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
     repeated = _same_trials([candidate, baseline])

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_slo.analysis.capacity import CapacityDocument
-from vllm_slo.analysis.capacity_comparison import CapacityRatio, capacity_ratio
+from vllm_slo.analysis.capacity_comparison import CapacityRatio, capacity_gate, capacity_ratio
 from vllm_slo.reports.render.capacity_text import (
+    capacity_line,
+    ratio_text,
     render_capacity_junit,
     render_capacity_markdown,
     render_capacity_text,
@@ -23,6 +25,7 @@ from vllm_slo.reports.trial_folders import naming
 from vllm_slo.run_folder.run_files import JUNIT_FILE, REPORT_FILE, SUMMARY_MD_FILE
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.serialise import to_json
+from vllm_slo.stats.statistics import Verdict
 
 CAPACITY_FILE = "capacity.json"
 VARIANTS_DIR = "variants"
@@ -113,3 +116,56 @@ def _severity(code: ExitCode) -> int:
     """4 (invalid) over 1 (require missed) over 3 (undecided) over 0."""
     return {ExitCode.PASS: 0, ExitCode.INCONCLUSIVE: 1, ExitCode.SLO_FAILED: 2,
             ExitCode.INVALID_MEASUREMENT: 3}.get(code, 3)
+
+
+def _single_search(folder: Path, role: str) -> CapacityDocument:
+    documents = capacity_documents(folder)
+    if list(documents) != [""]:
+        raise ScenarioError(f"{role} {folder} searched variants ({', '.join(documents)}): "
+                            f"give one variant's folder, {folder}/{VARIANTS_DIR}/<name>")
+    return documents[""]
+
+
+def _comparable(baseline: CapacityDocument, other: CapacityDocument, folder: Path,
+                force: bool) -> None:
+    """Capacities of one load key, under the same SLOs (unless `force`)."""
+    if baseline.load != other.load:
+        raise ScenarioError(f"{folder} searched {other.load} ({other.unit}), the baseline "
+                            f"{baseline.load} ({baseline.unit}): capacities in different "
+                            "units cannot be compared")
+    slos = [{s.slo for s in doc.steps[0].slos} if doc.steps else set()
+            for doc in (baseline, other)]
+    if slos[0] != slos[1] and not force:
+        raise ScenarioError(f"{folder} was searched under other SLOs ({', '.join(sorted(slos[1]))}"
+                            f" against {', '.join(sorted(slos[0]))}): its capacity answers "
+                            "another question (--force compares anyway)")
+
+
+def compare_capacity_folders(folders: list[Path], effect: float = 0.10,
+                             force: bool = False) -> tuple[str, ExitCode]:
+    """`vllm-slo compare` of capacity folders: each one's capacity ratio to the first."""
+    documents = {str(folder): _single_search(folder, "capacity folder") for folder in folders}
+    baseline_name = str(folders[0])
+    baseline = documents[baseline_name]
+    for folder in folders[1:]:
+        _comparable(baseline, documents[str(folder)], folder, force)
+    ratios = {name: capacity_ratio(baseline.capacity, doc.capacity, effect)
+              for name, doc in documents.items() if name != baseline_name}
+    return render_comparison_text(baseline_name, ratios, documents), ExitCode.PASS
+
+
+def gate_capacity_folders(candidate: Path, baseline: Path, margin: float,
+                          force: bool = False) -> tuple[str, ExitCode]:
+    """`vllm-slo gate` on capacity: PASS when the candidate's capacity is at least the
+    baseline's × (1 − margin) on the ratio's interval, FAIL when it is clearly below."""
+    base = _single_search(baseline, "baseline")
+    cand = _single_search(candidate, "candidate")
+    _comparable(base, cand, candidate, force)
+    ratio = capacity_ratio(base.capacity, cand.capacity)
+    verdict = capacity_gate(ratio, margin)
+    text = (f"capacity gate: candidate / baseline {ratio_text(ratio)}; floor "
+            f"{1 - margin:.3g} (margin {margin:.0%}): {verdict.value}\n"
+            f"  baseline  {capacity_line(base)}\n  candidate {capacity_line(cand)}")
+    code = {Verdict.PASS: ExitCode.PASS, Verdict.FAIL: ExitCode.SLO_FAILED,
+            Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE}[verdict]
+    return text, code
