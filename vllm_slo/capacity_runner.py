@@ -40,6 +40,7 @@ from vllm_slo.reports.capacity_report import (
     CAPACITY_FILE,
     VARIANTS_DIR,
     RenderedCapacity,
+    is_capacity_folder,
     read_capacity,
     render_capacity,
     write_capacity,
@@ -190,6 +191,8 @@ class CapacitySearch:
                   step: NextStep) -> None:
         index = sum(1 for s in self.steps if s.trial == trial) + 1
         run_dir = trial_dir / _step_name(index, step, self.spec)
+        if run_dir.exists():  # a step interrupted before it was recorded: its rows stay apart
+            run_dir.rename(run_dir.with_name(f"{run_dir.name}-interrupted-{time.time():.0f}"))
         self.say(f"step {index}: {step.load:.4g} {self.spec.unit}"
                  + (f" (again, window x{step.window_factor:g})" if step.attempt else ""))
         began = time.monotonic()
@@ -270,7 +273,8 @@ def run_capacity(scenario: Scenario, runs_root: Path, say: Printer = print) -> C
     except KeyboardInterrupt:
         say("interrupted: the steps so far are in capacity.json; `vllm-slo capacity --resume "
             f"{folder}` goes on")
-        render_capacity(folder)
+        if is_capacity_folder(folder):  # at least one step was recorded
+            render_capacity(folder)
         raise
 
 
