@@ -77,9 +77,15 @@ def test_without_a_comparison_only_the_cap_and_the_budget_stop() -> None:
 def test_every_shipped_scenario_passes_the_design_check() -> None:
     from vllm_slo.scenarios.loader import shipped_scenarios
 
+    checked = 0
     for name in shipped_scenarios():
-        check = design_check(load_scenario(name)[0])
+        scenario = load_scenario(name)[0]
+        if scenario.capacity is not None and scenario.variants:
+            continue  # `vllm-slo capacity` compares its variants by capacity, one search each
+        check = design_check(scenario)
         assert check is None or check.can_decide, (name, check)
+        checked += 1
+    assert checked > 10
 
 
 def test_design_of_the_scenario() -> None:
