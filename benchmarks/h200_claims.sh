@@ -31,18 +31,22 @@ CLAIMS=${CLAIMS_DIR:-/tmp/claims}
 DRIVER_LOG=$CLAIMS/driver.log
 mkdir -p "$CLAIMS"
 
-start() { # SCENARIO...: `run scenario=NAME` (`tune` for h200-tune), one after another
+start() { # SCENARIO...: `run scenario=NAME` (`tune` for h200-tune, `capacity` for a name with
+  # -capacity in it), one after another
   local commands=() name command
   for name in "$@"; do
     command=run
     [ "$name" = h200-tune ] && command=tune
+    case $name in *-capacity*) command=capacity ;; esac
     commands+=("$name|$command scenario=$name ${CLAIM_ARGS:-}")
   done
   launch "${commands[@]}"
 }
 
 resume() { # RUN_DIR...: folders under $CLAIMS (restored or interrupted) continued: a tune
-  # folder (tune.yaml) with `tune --resume`, an experiment with `run --resume`; each goes on
+  # folder (tune.yaml) with `tune --resume`, a capacity search (a folder named *-capacity, whose
+  # capacity.json files carry its steps: claims.tgz holds all it needs) with `capacity
+  # --resume`, an experiment with `run --resume`; each goes on
   # with its own scenario (CLAIM_ARGS are not applied: --resume takes only credentials)
   local commands=() name command
   for name in "$@"; do
@@ -50,6 +54,7 @@ resume() { # RUN_DIR...: folders under $CLAIMS (restored or interrupted) continu
     [ -d "$CLAIMS/$name" ] || { echo "no folder $CLAIMS/$name (restore it first)"; return 2; }
     command=run
     [ -f "$CLAIMS/$name/tune.yaml" ] && command=tune
+    case $name in *-capacity) command=capacity ;; esac
     commands+=("$name|$command --resume $CLAIMS/$name")
   done
   launch "${commands[@]}"
@@ -121,7 +126,7 @@ wait_for() {
     grep -q "=== all done" "$DRIVER_LOG" 2>/dev/null && break
     sleep 15
   done
-  grep -E "^===|^=== trial|server ready|interrupted|outcome" "$DRIVER_LOG" | tail -40
+  grep -E "^===|server ready|interrupted|outcome|^step |^capacity|^variant" "$DRIVER_LOG" | tail -40
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 }
 
@@ -150,6 +155,9 @@ collect() {
       --exclude='*.html' "${resumable[@]}" | split -b 15M - "$OUT/resumable.tgz.part-" \
       && ls -la "$OUT"/resumable.tgz.part-*
   fi
+  for summary in "$CLAIMS"/*-capacity/summary.md; do
+    [ -f "$summary" ] && { echo "== $summary"; cat "$summary"; }
+  done
   for summary in "$CLAIMS"/*/summary.json; do
     [ -f "$summary" ] || continue
     python3 - "$summary" <<'EOF'
