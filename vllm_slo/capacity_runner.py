@@ -46,6 +46,7 @@ from vllm_slo.reports.capacity_report import (
     write_capacity,
 )
 from vllm_slo.reports.run_report import load_run
+from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
 from vllm_slo.runner import (
     SharedServer,
     check_before_run,
@@ -118,9 +119,11 @@ class CapacitySearch:
     capacity.json."""
 
     def __init__(self, scenario: Scenario, arm: Scenario, folder: Path, say: Printer,
-                 variant: str | None, previous: CapacityDocument | None = None) -> None:
+                 variant: str | None, previous: CapacityDocument | None = None,
+                 floor: float | None = None) -> None:
         assert scenario.capacity is not None
         self.scenario, self.arm, self.folder, self.say = scenario, arm, folder, say
+        self.floor = floor  # a capacity race's (capacity_race.py): stop below it
         self.spec: CapacitySpec = scenario.capacity
         self.variant = variant
         self.steps: list[CapacityStep] = list(previous.steps) if previous else []
@@ -136,25 +139,29 @@ class CapacitySearch:
     def elapsed_s(self) -> float:
         return self.elapsed_before_s + time.monotonic() - self.clock_start
 
-    def run(self) -> CapacityDocument:
+    def run(self, last_trial: int | None = None) -> CapacityDocument:
+        """The trials not yet done, up to `last_trial` (default: capacity.trials)."""
         (self.folder / SCENARIO_FILE).write_text(
             yaml.safe_dump(redact_secrets(self.scenario.to_yaml_dict()), sort_keys=False))
-        for trial in range(1, self.spec.trials + 1):
+        for trial in range(1, (last_trial or self.spec.trials) + 1):
             if any(t.trial == trial for t in self.trials):
                 continue  # finished before a resume
             outcome = self._trial(trial)
             self.trials.append(outcome)
             self._write(running=False)
-            if outcome.status in (SearchStatus.INVALID, SearchStatus.BUDGET_SPENT):
+            if outcome.status in (SearchStatus.INVALID, SearchStatus.BUDGET_SPENT,
+                                  SearchStatus.RACED_OUT):
                 break
         return self._write(running=False)
 
     def _trial(self, trial: int) -> TrialCapacity:
         trial_dir = self.folder / f"trial-{trial}"
         trial_dir.mkdir(parents=True, exist_ok=True)
+        floor = ("" if self.floor is None
+                 else f", stopping below {self.floor:.4g} (the race's floor)")
         self.say(f"capacity trial {trial} of {self.spec.trials}: {self.spec.load} from "
                  f"{self.spec.low:g} to {self.spec.high:g} {self.spec.unit}, tolerance "
-                 f"{self.spec.tolerance:.0%}")
+                 f"{self.spec.tolerance:.0%}{floor}")
         confidence = CAPACITY_CONFIDENCE
         try:
             with shared_server(self.arm, trial_dir, self.say) as server:
@@ -164,7 +171,7 @@ class CapacitySearch:
         return trial_capacity(trial, self.steps, self.spec, confidence, end.status, end.reason)
 
     def _steps(self, trial: int, trial_dir: Path, server: SharedServer) -> SearchEnd:
-        range_ = search_range(self.spec)
+        range_ = search_range(self.spec, self.floor)
         while True:
             readings = [s.reading() for s in self.steps if s.trial == trial]
             decision = plan_next(readings, range_)
@@ -282,6 +289,9 @@ def resume_capacity(folder: Path, say: Printer = print, overrides: Sequence[str]
                     ) -> CapacityOutcome:
     """Go on with an interrupted search: finished trials kept, the running one continued
     from its steps on a fresh server."""
+    if (folder / TUNE_SCENARIO_FILE).is_file():
+        raise ScenarioError(f"{folder} is a capacity race (tune.objective: capacity): "
+                            f"vllm-slo tune --resume {folder}")
     scenario = resumable_scenario(folder / SCENARIO_FILE, overrides, "vllm-slo capacity "
                                   f"--resume {folder}")
     if scenario.capacity is None:

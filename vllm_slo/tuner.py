@@ -48,6 +48,7 @@ from vllm_slo.analysis.tuning import (
     search_values,
     stop_reason,
 )
+from vllm_slo.capacity_runner import CapacityOutcome
 from vllm_slo.experiment_runner import (
     resumable_scenario,
     trial_complete,
@@ -391,8 +392,14 @@ def _args_text(candidate: Candidate) -> str:
     return " ".join(f"{flag}={value}" for flag, value in candidate.changed.items()) or "as given"
 
 
-def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
-    """A new tune folder for the scenario's tune section, searched to its end."""
+def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print
+             ) -> RunOutcome | CapacityOutcome:
+    """A new tune folder for the scenario's tune section, searched to its end (raced by
+    capacity with tune.objective: capacity, capacity_race.py)."""
+    if scenario.tune is not None and scenario.tune.objective == "capacity":
+        from vllm_slo.capacity_race import run_capacity_race
+
+        return run_capacity_race(scenario, runs_root, say)
     tune = Tune(scenario, Path(), say)  # checks the tune section before a folder exists
     tune.check_grid()  # and the grid's args (cached: the search's own check is then instant)
     check_before_run(scenario, runs_root)  # the traffic's files and the runs folder
@@ -425,15 +432,25 @@ def _saved_tune(run_dir: Path, say: Printer, run_missing: bool,
 
 
 def resume_tune(run_dir: Path, say: Printer = print, overrides: Sequence[str] = ()
-                ) -> RunOutcome:
+                ) -> RunOutcome | CapacityOutcome:
     """Continue an interrupted tune from its folder: completed trials are kept; `overrides`
     give again the credentials its tune.yaml hides (experiment_runner.resumable_scenario)."""
     tune = _saved_tune(run_dir, say, run_missing=True, overrides=overrides)
+    if tune.spec.objective == "capacity":
+        from vllm_slo.capacity_race import resume_capacity_race
+
+        return resume_capacity_race(tune.scenario, run_dir, say)
     say(f"resuming tune {run_dir}")
     return tune.run()
 
 
-def report_tune(run_dir: Path, say: Printer = print) -> RunOutcome:
+def report_tune(run_dir: Path, say: Printer = print) -> RunOutcome | CapacityOutcome:
     """Re-render a tune folder's outputs from its trials as they are (`vllm-slo report`):
     the search is replayed up to the first trial that is missing, nothing is run."""
-    return _saved_tune(run_dir, say, run_missing=False).run()
+    tune = _saved_tune(run_dir, say, run_missing=False)
+    if tune.spec.objective == "capacity":
+        from vllm_slo.reports.capacity_report import render_capacity
+
+        rendered = render_capacity(run_dir)
+        return CapacityOutcome(run_dir, ExitCode(rendered.exit_code), rendered)
+    return tune.run()

@@ -43,9 +43,11 @@ WAITING_GROWTH_RATIO = 1.5
 WAITING_GROWTH_FLOOR = 4.0  # requests
 
 
-def search_range(spec: CapacitySpec) -> SearchRange:
+def search_range(spec: CapacitySpec, floor: float | None = None) -> SearchRange:
+    """The spec's search as numbers; `floor`: a capacity race's (analysis/capacity_race.py)."""
     return SearchRange(low=spec.low, high=spec.high, tolerance=spec.tolerance,
-                       lengthen=spec.lengthen, whole=spec.whole_steps, required=spec.required)
+                       lengthen=spec.lengthen, whole=spec.whole_steps, required=spec.required,
+                       floor=floor)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,6 +259,7 @@ def overall_status(trials: Sequence[TrialCapacity]) -> SearchStatus:
     """The search's status over trials: the first trial's that is not bracketed (invalid
     first), else bracketed."""
     order = [SearchStatus.INVALID, SearchStatus.NOT_MONOTONE, SearchStatus.BELOW_REQUIREMENT,
+             SearchStatus.RACED_OUT,
              SearchStatus.BELOW_RANGE, SearchStatus.ABOVE_RANGE, SearchStatus.UNDECIDED,
              SearchStatus.BUDGET_SPENT, SearchStatus.RUNNING, SearchStatus.BRACKETED]
     return min((t.status for t in trials), key=order.index)

@@ -65,9 +65,11 @@ class TuneSpec(Frozen):
     servers and ranked by `objective`; one candidate is called better than another only when
     the difference across trials is significant (docs/tuning.md)."""
 
-    objective: Literal["goodput", "output_throughput", "request_throughput"] = Field(
+    objective: Literal["goodput", "output_throughput", "request_throughput", "capacity"] = Field(
         "goodput", description="goodput: requests/s that met every per-request latency SLO "
-        "(ttft, tpot, e2e); throughputs are means over the measured window")
+        "(ttft, tpot, e2e); throughputs are means over the measured window; capacity: the "
+        "highest load within the SLOs (the scenario's capacity: section), candidates raced "
+        "(docs/capacity.md)")
     trials: int | None = Field(None, ge=1, le=100,
                                description="trials per candidate (default: the scenario's)")
     baseline: bool = Field(

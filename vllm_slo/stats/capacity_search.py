@@ -50,6 +50,7 @@ class SearchStatus(str, Enum):
     RUNNING = "running"
     BRACKETED = "bracketed"  # the bracket is within the tolerance
     BELOW_REQUIREMENT = "below-requirement"  # the bracket lies below `require`
+    RACED_OUT = "raced-out"  # the bracket lies below the race's floor (a better candidate's)
     BELOW_RANGE = "below-range"  # `low` is already over capacity
     ABOVE_RANGE = "above-range"  # `high` is still under capacity
     UNDECIDED = "undecided"  # near steps fill the bracket wider than the tolerance
@@ -111,6 +112,9 @@ class SearchRange:
     lengthen: int = 1  # runs again of a near step, each with its window doubled
     whole: bool = False  # loads are whole numbers (users)
     required: float | None = None
+    # a capacity race's floor: another candidate's lower bound; a search whose bracket lies
+    # below it stops (raced out), and its first step after `low` probes the floor itself
+    floor: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +197,15 @@ def plan_next(readings: Sequence[StepReading], search: SearchRange) -> NextStep 
         return SearchEnd(SearchStatus.BELOW_REQUIREMENT,
                          f"{_load_text(high)} is over capacity: the capacity lies below the "
                          f"required {_load_text(search.required)}")
+    if search.floor is not None and high is not None and high <= search.floor:
+        return SearchEnd(SearchStatus.RACED_OUT,
+                         f"{_load_text(high)} is over capacity: the capacity lies below the "
+                         f"race's floor {_load_text(search.floor)} (a better candidate's "
+                         "lower bound)")
+    if search.floor is not None:
+        probe = float(round(search.floor)) if search.whole else search.floor
+        if low < probe < search.high and probe not in latest and (high is None or probe < high):
+            return NextStep(probe, 0)
     if search.high not in latest:
         return NextStep(search.high, 0)
     if latest[search.high].outcome is StepClass.UNDER:

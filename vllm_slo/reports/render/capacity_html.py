@@ -19,8 +19,10 @@ from plotly.subplots import make_subplots
 
 from vllm_slo.analysis.capacity import CapacityDocument, CapacityStep, Interval, StepSlo
 from vllm_slo.analysis.capacity_comparison import CapacityChange, CapacityRatio
+from vllm_slo.analysis.capacity_race import RaceResult
 from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.capacity_report import VARIANTS_DIR
+from vllm_slo.reports.render.capacity_text import render_race_lines
 from vllm_slo.reports.render.figures import _LAYOUT, colour, figure_json, plot_text
 from vllm_slo.reports.render.html import FigureView, render_template
 from vllm_slo.reports.render.plotly_bundle import plotly_js
@@ -127,6 +129,7 @@ class CapacityView:
     searches: list[SearchView]
     baseline: str  # the variant the ratios are against ("" : no comparison)
     ratio_rows: list[RatioRow]
+    race_lines: list[str]  # a capacity race's standings (tune.objective: capacity), or []
     scenario_yaml: str
     plotly_js: str
 
@@ -562,9 +565,11 @@ def _severity(code: int) -> int:
 
 
 def build_capacity_view(documents: Mapping[str, CapacityDocument],
-                        ratios: Mapping[str, CapacityRatio]) -> CapacityView:
+                        ratios: Mapping[str, CapacityRatio],
+                        race: RaceResult | None = None) -> CapacityView:
     first = next(iter(documents.values()))
-    code = max((d.exit_code for d in documents.values()), key=_severity)
+    code = (race.exit_code if race is not None
+            else max((d.exit_code for d in documents.values()), key=_severity))
     verdict = outcome(code)
     searches = [search_view(name, doc, number)
                 for number, (name, doc) in enumerate(documents.items(), start=1)]
@@ -572,6 +577,11 @@ def build_capacity_view(documents: Mapping[str, CapacityDocument],
         only = searches[0]
         headline = (f"capacity {only.capacity} {only.interval} ({only.confidence})"
                     f" · {only.status}")
+    elif race is not None:
+        best = race.best_entry
+        headline = (f"{len(searches)} candidates · best {best.name}: "
+                    f"{_number(best.value)} {race.unit}" if best else
+                    f"{len(searches)} candidates · no capacity known")
     else:
         headline = f"{len(searches)} variants · against {next(iter(documents))}"
     scenario = redact_secrets(dict(first.scenario))
@@ -580,10 +590,12 @@ def build_capacity_view(documents: Mapping[str, CapacityDocument],
         description=redact_text(str(scenario.get("description") or "")),
         outcome=verdict, outcome_class=verdict.lower(), headline=headline, searches=searches,
         baseline=next(iter(documents)) if ratios else "", ratio_rows=ratio_rows(ratios),
+        race_lines=[redact_text(line) for line in render_race_lines(race)] if race else [],
         scenario_yaml=yaml.safe_dump(scenario, sort_keys=False, allow_unicode=True),
         plotly_js=plotly_js())
 
 
 def render_capacity_html(documents: Mapping[str, CapacityDocument],
-                         ratios: Mapping[str, CapacityRatio]) -> str:
-    return render_template("capacity.html.j2", build_capacity_view(documents, ratios))
+                         ratios: Mapping[str, CapacityRatio],
+                         race: RaceResult | None = None) -> str:
+    return render_template("capacity.html.j2", build_capacity_view(documents, ratios, race))

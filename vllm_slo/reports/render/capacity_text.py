@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_comparison import CapacityRatio
+from vllm_slo.analysis.capacity_race import RaceResult
 from vllm_slo.redaction import redact_text
 from vllm_slo.scenarios.errors import ExitCode
 
@@ -99,3 +100,41 @@ def render_capacity_junit(documents: Mapping[str, CapacityDocument]) -> str:
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _changed_text(changed: Mapping[str, object]) -> str:
+    return " ".join(f"{flag}={value}" for flag, value in changed.items()) or "as given"
+
+
+def render_race_lines(race: RaceResult) -> list[str]:
+    """The race's standings, one line a candidate (the text and the markdown share them)."""
+    lines = []
+    for entry in race.entries:
+        interval = (f"{_load(entry.value)} {race.unit} [{_load(entry.low)}, "
+                    f"{_load(entry.high)}]")
+        if entry.name == race.best:
+            standing = "best"
+        elif entry.versus_best is not None:
+            standing = f"against {race.best}: {ratio_text(entry.versus_best)}"
+        else:
+            standing = entry.status.value
+        out = f"; out of the race after {entry.trials} trial(s): {entry.out_of_race}" if (
+            entry.out_of_race) else ""
+        lines.append(f"{entry.name} ({_changed_text(entry.changed)}): {interval}, "
+                     f"{standing}{out}")
+    if race.gain_over_given is not None:
+        lines.append(f"the best against the scenario's own args: "
+                     f"{ratio_text(race.gain_over_given)}")
+    return lines
+
+
+def render_race_text(race: RaceResult) -> str:
+    head = (f"capacity race: {race.best} carries the most" if race.best
+            else "capacity race: no candidate's capacity is known")
+    return "\n".join([head, *(f"  {line}" for line in render_race_lines(race))])
+
+
+def render_race_markdown(race: RaceResult) -> str:
+    lines = ["## Capacity race (tune.objective: capacity)", ""]
+    lines += [f"- {line}" for line in render_race_lines(race)]
+    return redact_text("\n".join(lines)) + "\n"
