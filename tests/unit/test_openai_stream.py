@@ -149,6 +149,8 @@ def test_every_way_to_fail_has_its_status_word() -> None:
         "stream_error": response([(1.0, error), (1.0, "[DONE]")]),
         "incomplete_stream": response([(1.0, token), (1.1, USAGE)]),
         "no_tokens": response([(1.0, USAGE), (1.0, "[DONE]")]),
+        "bad_response": response([(1.0, token), (1.1, USAGE.replace("3", '"3"')),
+                                  (1.1, "[DONE]")]),
     }
     cases["malformed_stream"] = StreamedResponse(status=200, sse_bytes=300, ended_at_s=1.0)
     assert set(cases) == set(REQUEST_STATUSES) - {"cancelled"}  # (tested in integration)

@@ -20,6 +20,7 @@ import json
 import os
 import random
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ from vllm_slo.run_folder.run_files import PLAN_FILE
 from vllm_slo.run_folder.samples_format import SAMPLES_DIR, SampleWriter
 from vllm_slo.scenarios.plugins import load_plugins
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
-from vllm_slo.transport.http_stream import HttpStreamClient
+from vllm_slo.transport.http_stream import READ_COUNTERS, HttpStreamClient
 
 if TYPE_CHECKING:
     from locust.argument_parser import LocustArgumentParser
@@ -176,10 +177,18 @@ class _Run:
         return path
 
     def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-            arrow_memory.release_unused()  # the batch's freed memory back to the system
+        """Write the rows gathered so far. A failure is one line in locust.log, never the end
+        of flushing: the next second's rows are written as ever (the writer itself never
+        fails on a row's values: samples_format.SampleWriter)."""
         self.last_flush_perf_s = time.perf_counter()
+        if self.writer is None:
+            return
+        try:
+            self.writer.flush()
+        except Exception as exc:  # e.g. a full disk: say so, keep going
+            print(f"vllm-slo: writing rows to {self.writer.path} failed: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        arrow_memory.release_unused()  # the batch's freed memory back to the system
 
     def _flush_forever(self) -> None:
         """Every second: flush rows, and append the self-monitor's record of that second
@@ -190,12 +199,25 @@ class _Run:
                       f"client-{socket.gethostname()}-{os.getpid()}.jsonl")
         stats_path.parent.mkdir(parents=True, exist_ok=True)
         self.monitor.record()  # the first period starts now
+        retries = READ_COUNTERS.keepalive_retries
         with open(stats_path, "a") as stats:
             while True:
                 gevent.sleep(FLUSH_INTERVAL_S)
                 self.flush()
-                stats.write(json.dumps(self.monitor.record()) + "\n")
-                stats.flush()
+                record = self.monitor.record()
+                # requests re-sent on a fresh connection (their idle keep-alive one had been
+                # closed by the server: http_stream), and rows the writer had to mend or drop
+                record["keepalive_retries"] = READ_COUNTERS.keepalive_retries - retries
+                retries = READ_COUNTERS.keepalive_retries
+                if self.writer is not None:
+                    record["rows_repaired"] = self.writer.rows_repaired
+                    record["rows_dropped"] = self.writer.rows_dropped
+                try:
+                    stats.write(json.dumps(record) + "\n")
+                    stats.flush()
+                except OSError as exc:
+                    print(f"vllm-slo: writing {stats_path} failed: {exc}", file=sys.stderr,
+                          flush=True)
 
     def close(self) -> None:
         if self.flusher is not None:

@@ -14,6 +14,14 @@ it. The plain blocking reader here serves everything outside Locust (readiness, 
 prefix-cache reset, tests) and works on gevent's cooperative sockets too. Inside Locust the
 users hand their sockets to one reader per process instead (`reader=`: loadtests/reader_pump.py,
 which reads every ready socket of the process in one pass); both feed the same parser.
+
+HTTP as RFC 9110 / 9112 say (issue 40): interim `1xx` responses (`100 Continue`, `103 Early
+Hints`) are skipped before the final response (a `101` was never asked for: an error); a
+connection reset, broken pipe or close before any byte of the response on a *reused*
+keep-alive connection is retried once on a fresh connection (the server closed it while idle:
+the request never reached it; counted in `READ_COUNTERS.keepalive_retries`), never on a new
+one; a body that is not SSE is kept whole up to `MAX_BODY_BYTES` and one SSE event up to
+`sse.MAX_EVENT_BYTES`: above, the request fails (`ResponseTooLarge`, a `bad_response` row).
 """
 
 from __future__ import annotations
@@ -25,10 +33,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from vllm_slo.transport.sse import SSEDecoder
+from vllm_slo.transport.sse import ResponseTooLarge, SSEDecoder
 
 RECV_BYTES = 65536
 _MAX_HEAD_BYTES = 1 << 16
+_MAX_LINE_BYTES = 1 << 16  # a chunk-size or trailer line; far above any real one
+# a body that is not SSE (an error's JSON, a non-streamed answer) is kilobytes; 16 MiB is far
+# above any real one and bounds what a broken server can make the client buffer
+MAX_BODY_BYTES = 16 << 20
+_MAX_INTERIM = 16  # interim (1xx) responses before the final one; more is a broken server
 
 
 @dataclass(slots=True)
@@ -39,6 +52,7 @@ class ReadCounters:
 
     socket_reads: int = 0  # recv calls that returned body bytes of an SSE response
     sse_events: int = 0  # SSE events those reads completed
+    keepalive_retries: int = 0  # requests re-sent: their reused connection had been closed
 
 
 READ_COUNTERS = ReadCounters()
@@ -101,6 +115,8 @@ class _ChunkedDecoder:
                 continue
             line_end = buffer.find(b"\r\n", position)
             if line_end == -1:
+                if len(buffer) - position > _MAX_LINE_BYTES:
+                    raise ValueError("chunk size or trailer line over 64 KiB")
                 break
             line = buffer[position:line_end]
             position = line_end + 2
@@ -128,11 +144,14 @@ class ResponseParser:
 
     SSE payloads go to `on_event(arrived_at_s, payload)` as their read completes them (or into
     `response.events` without one); other bodies are kept whole in `response.body`. Malformed
-    framing raises ValueError; a connection closed before any byte raises `_NothingReceived`
-    (the client retries a stale keep-alive connection once)."""
+    framing raises ValueError (`ResponseTooLarge` over the size limits); a connection closed
+    before any byte raises `_NothingReceived` (the client retries a stale keep-alive
+    connection once). Interim 1xx responses are read and dropped; `response` is the final
+    one."""
 
-    __slots__ = ("_body_parts", "_decoder", "_head", "_in_body", "_no_body", "_remaining",
-                 "_sse", "done", "keep_alive", "on_event", "response")
+    __slots__ = ("_body_bytes", "_body_parts", "_decoder", "_head", "_in_body", "_interim",
+                 "_no_body", "_remaining", "_sse", "done", "keep_alive", "on_event",
+                 "received", "response")
 
     def __init__(self, on_event: Callable[[float, bytes], None] | None = None) -> None:
         self.response = StreamedResponse()
@@ -146,10 +165,14 @@ class ResponseParser:
         self._sse: SSEDecoder | None = None
         self._remaining: int | None = None  # content-length bytes still to come
         self._body_parts: list[bytes] = []
+        self._body_bytes = 0
+        self._interim = 0  # interim (1xx) responses skipped
+        self.received = False  # any byte of a response arrived (a retry is unsafe after)
 
     def feed(self, data: bytes, arrived_at_s: float) -> bool:
         """One read's bytes (non-empty); True once the response has ended (bytes after its end
         in the same read are ignored: requests are never pipelined)."""
+        self.received = True
         if not self._in_body:
             rest = self._head_bytes(data, arrived_at_s)
             if rest is None:
@@ -174,6 +197,12 @@ class ResponseParser:
                     for payload in completed:
                         on_event(arrived_at_s, payload)
             else:
+                self._body_bytes += len(piece)
+                if self._body_bytes > MAX_BODY_BYTES:
+                    self._body_parts = []
+                    raise ResponseTooLarge(f"a non-streamed body over "
+                                           f"{MAX_BODY_BYTES >> 20} MiB (HTTP "
+                                           f"{self.response.status}): not kept")
                 self._body_parts.append(piece)
         if ((self._decoder is not None and self._decoder.done)
                 or (self._remaining is not None and self._remaining <= 0) or self._no_body):
@@ -185,39 +214,56 @@ class ResponseParser:
         """Collect header bytes; once they are complete, parse them and return the rest of the
         read (the first body bytes); None while the headers are incomplete."""
         buffer = self._head + data
-        header_end = buffer.find(b"\r\n\r\n")
-        if header_end == -1:
-            if len(buffer) > _MAX_HEAD_BYTES:
-                raise ValueError("response headers larger than 64 KiB")
-            self._head = buffer
-            return None
+        while True:
+            header_end = buffer.find(b"\r\n\r\n")
+            if header_end == -1:
+                if len(buffer) > _MAX_HEAD_BYTES:
+                    raise ValueError("response headers larger than 64 KiB")
+                self._head = buffer
+                return None
+            status_line, *header_lines = buffer[:header_end].decode("latin-1").split("\r\n")
+            version, status, reason = _status_line(status_line)
+            if status >= 200:
+                break
+            # interim (RFC 9110 §15.2): its headers are dropped, the final response follows
+            if status == 101:
+                raise ValueError("101 Switching Protocols, never asked for")
+            self._interim += 1
+            if self._interim > _MAX_INTERIM:
+                raise ValueError(f"more than {_MAX_INTERIM} interim (1xx) responses")
+            buffer = buffer[header_end + 4 :]
         self._head = b""
         self._in_body = True
         response = self.response
         response.headers_at_s = arrived_at_s
-        status_line, *header_lines = buffer[:header_end].decode("latin-1").split("\r\n")
-        version, _, status_reason = status_line.partition(" ")
-        status_text, _, response.reason = status_reason.partition(" ")
-        response.status = int(status_text)
+        response.status, response.reason = status, reason
         headers = response.headers
         for line in header_lines:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length_text = headers.get("content-length")
-        self._remaining = int(length_text) if length_text is not None and not chunked else None
+        self._remaining = None
+        if length_text is not None and not chunked:
+            if not (length_text.isascii() and length_text.isdigit()):
+                raise ValueError(f"bad Content-Length {length_text[:40]!r}")
+            self._remaining = int(length_text)
         self.keep_alive = version == "HTTP/1.1" and (
             headers.get("connection", "").lower() != "close")
         self._decoder = _ChunkedDecoder() if chunked else None
         if headers.get("content-type", "").startswith("text/event-stream"):
             self._sse = SSEDecoder()
-        self._no_body = response.status in (204, 304) or response.status < 200
+        elif self._remaining is not None and self._remaining > MAX_BODY_BYTES:
+            raise ResponseTooLarge(f"a non-streamed body over {MAX_BODY_BYTES >> 20} MiB "
+                                   f"(HTTP {status}, Content-Length: {self._remaining}): "
+                                   f"not read")
+        self._no_body = status in (204, 304)
         return buffer[header_end + 4 :]
 
     def closed(self, arrived_at_s: float) -> None:
         """The peer closed the connection (a read returned b'')."""
         if not self._in_body:
-            if not self._head:
+            if not self.received:
                 raise _NothingReceived("connection closed before a response")
             raise ValueError("connection closed inside the response headers")
         self.keep_alive = False
@@ -237,6 +283,17 @@ class ResponseParser:
         self.done = True
         self.response.ended_at_s = at_s
         self.response.body = b"".join(self._body_parts)
+
+
+def _status_line(line: str) -> tuple[str, int, str]:
+    """`HTTP/1.1 200 OK` -> ("HTTP/1.1", 200, "OK"); ValueError unless the status is three
+    digits, 100-599 (RFC 9110 §15)."""
+    version, _, rest = line.partition(" ")
+    status_text, _, reason = rest.partition(" ")
+    if (not version.startswith("HTTP/") or len(status_text) != 3 or not status_text.isascii()
+            or not status_text.isdigit() or not "100" <= status_text <= "599"):
+        raise ValueError(f"bad status line {line[:80]!r}")
+    return version, int(status_text), reason
 
 
 Reader = Callable[[socket.socket, ResponseParser], None]
@@ -333,12 +390,17 @@ class HttpStreamClient:
                     self._reader(self._sock, parser)
                 else:
                     self._read_blocking(self._sock, parser)
-            except _NothingReceived as exc:
+            except ConnectionError as exc:  # reset, broken pipe, aborted, closed (not timeouts)
                 self.close()
-                if not (reused and attempt == 1):  # a stale keep-alive socket is retried once
+                if reused and attempt == 1 and not parser.received:
+                    # the server closed the idle connection before it read the request
+                    # (uvicorn: after 5 s): once more on a fresh one
+                    READ_COUNTERS.keepalive_retries += 1
+                    continue
+                if isinstance(exc, _NothingReceived):
                     return StreamedResponse(transport_error=str(exc),
                                             ended_at_s=time.perf_counter())
-                continue
+                return parser.abort(f"{type(exc).__name__}: {exc}", time.perf_counter())
             except (OSError, ValueError) as exc:
                 self.close()
                 return parser.abort(f"{type(exc).__name__}: {exc}", time.perf_counter())

@@ -4,18 +4,29 @@ Fed raw body bytes as they arrive, in pieces of any size; returns the `data` pay
 event completed by that piece. Follows the SSE spec for what matters here: lines end in LF,
 CRLF or CR; `data:` fields of one event join with LF; comment lines (`:`) and other fields are
 ignored; an event ends at a blank line. Pure, no I/O, no JSON parsing, no decoding: payloads
-are bytes.
+are bytes. An event (or a line) over `MAX_EVENT_BYTES` raises `ResponseTooLarge`: the client
+must not buffer without bound what a server sends.
 """
 
 from __future__ import annotations
 
+# one SSE event of an OpenAI-compatible stream is a few hundred bytes (a token chunk) up to
+# kilobytes (logprobs); 16 MiB is far above any real one and bounds a broken server's cost
+MAX_EVENT_BYTES = 16 << 20
+
+
+class ResponseTooLarge(ValueError):
+    """A response body or one SSE event over the client's size limit (a failed request,
+    status `bad_response`, never a client out of memory)."""
+
 
 class SSEDecoder:
-    __slots__ = ("_data", "_has_data", "_pending", "_skip_lf")
+    __slots__ = ("_data", "_data_bytes", "_has_data", "_pending", "_skip_lf")
 
     def __init__(self) -> None:
         self._pending = b""
         self._data: list[bytes] = []
+        self._data_bytes = 0  # bytes of the event's data fields so far
         self._has_data = False
         self._skip_lf = False  # a CR ended the previous piece; a leading LF belongs to it
 
@@ -52,6 +63,8 @@ class SSEDecoder:
             self._line(buffer[start:end], events)
             start = next_start
         self._pending = buffer[start:]
+        if len(self._pending) + self._data_bytes > MAX_EVENT_BYTES:
+            raise ResponseTooLarge(f"an SSE event over {MAX_EVENT_BYTES >> 20} MiB")
         return events
 
     def _line(self, line: bytes, events: list[bytes]) -> None:
@@ -59,6 +72,7 @@ class SSEDecoder:
             if self._has_data:
                 events.append(b"\n".join(self._data))
             self._data = []
+            self._data_bytes = 0
             self._has_data = False
             return
         if line[:1] == b":":
@@ -69,4 +83,5 @@ class SSEDecoder:
         if sep and value[:1] == b" ":
             value = value[1:]
         self._data.append(value)
+        self._data_bytes += len(value) + 1
         self._has_data = True
