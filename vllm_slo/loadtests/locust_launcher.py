@@ -21,7 +21,7 @@ from vllm_slo.loadtests.arrow_memory import locust_environment
 from vllm_slo.resources import user_folder
 from vllm_slo.run_folder.run_files import LOCUST_LOG_FILE
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
-from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
+from vllm_slo.transport.processes import free_loopback_port, start_guarded, stop_process_group
 
 # absolute paths of the installed locustfiles: nothing depends on the working directory
 LOCUSTFILE = user_folder("loadtests") / "locustfile.py"
@@ -143,14 +143,13 @@ def run_locust(
     gate_wait_s = max(0.0, start_at_unix_s - time.time()) if start_at_unix_s else 0.0
     hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S + gate_wait_s + (
         REMOTE_WORKERS_WAIT_S if traffic.remote_workers else 0.0)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
+    with open(log_path, "ab") as log:  # behind a lifeline: Locust ends with the suite, however
+        # it ends; its cores set before it forks its --processes workers (they inherit them)
+        process = start_guarded(
             locust_argv(run_dir, base_url, traffic, workers, free_loopback_port(),
-                        start_at_unix_s),
+                        start_at_unix_s), cores,
             stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, cwd=run_dir, start_new_session=True,
-            env=locust_environment(os.environ))
-    pin(process.pid, cores)  # before it forks its --processes workers: they inherit the mask
+            stdin=subprocess.DEVNULL, cwd=run_dir, env=locust_environment(os.environ))
     started = time.monotonic()
     next_progress = started + progress_interval_s
     next_abort_check = started + abort_interval_s
@@ -174,7 +173,6 @@ def run_locust(
             if now >= next_progress:
                 progress(now - started, planned_s)
                 next_progress = now + progress_interval_s
-    finally:
-        if process.poll() is None:  # the master and its --processes workers; rows get flushed
-            stop_process_group(process, grace_s=15.0)
+    finally:  # the master and its --processes workers (rows get flushed), and the lifeline
+        stop_process_group(process, grace_s=15.0)
     return LocustResult(process.returncode, log_path, stopped_early, aborted)

@@ -33,7 +33,7 @@ from vllm_slo.servers.readiness import ReadyServer, wait_until_ready
 from vllm_slo.servers.server_facts import diagnose_runtime_failure, diagnose_start_failure
 from vllm_slo.servers.tiny_lora import TINY_LORA_SOURCE, ensure_tiny_loras
 from vllm_slo.servers.tiny_model import SERVED_NAME, ensure_tiny_model
-from vllm_slo.transport.processes import free_loopback_port, pin, stop_process_group
+from vllm_slo.transport.processes import free_loopback_port, start_guarded, stop_process_group
 
 VLLM_CLI_MODULE = "vllm_slo.servers.vllm_cli"  # vLLM's own CLI, with the CPU wheel's fix
 CPU_BLOCK_MULTIPLE = 32
@@ -221,7 +221,8 @@ class VllmServer:
 
     @property
     def pid(self) -> int | None:
-        """The server's process id, which is also its process group id."""
+        """The server's process group id: its lifeline's pid (vllm_slo/transport/lifeline.py),
+        whose child is `vllm serve`."""
         return self.process.pid if self.process is not None else None
 
     def __enter__(self) -> VllmServer:
@@ -266,8 +267,9 @@ class VllmServer:
         raise AssertionError("unreachable")
 
     def _launch(self) -> None:
-        """Start the process (its own session: its group is stopped as a whole), noting where
-        its lines start in the log (`_log_offset`)."""
+        """Start the process (its own session: its group is stopped as a whole, and by its
+        lifeline when the suite dies), noting where its lines start in the log
+        (`_log_offset`)."""
         env = {**os.environ, **self.plan.env_overrides}
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # silently overrides --kv-cache-memory-bytes
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -276,11 +278,12 @@ class VllmServer:
             log.write(f"$ {' '.join(self.plan.argv)}\n".encode())
             log.flush()
             self.started_unix_s = time.time()
-            self.process = subprocess.Popen(
-                self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=self.log_path.parent, start_new_session=True)
-            # before vLLM starts its engine core and workers: they inherit the mask
-            pin(self.process.pid, self.plan.core_split.server_cores)
+            # behind a lifeline: the group ends with the suite, however the suite ends; the
+            # cores are set before vLLM starts (its engine core and workers inherit the mask)
+            self.process = start_guarded(
+                self.plan.argv, self.plan.core_split.server_cores, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                cwd=self.log_path.parent)
 
     def _log_since(self, offset: int) -> str:
         try:

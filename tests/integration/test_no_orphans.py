@@ -1,0 +1,181 @@
+"""No orphans (issue 40, item 2): `kill -9` of the CLI mid-run ends the launched server (its
+lifeline, `vllm serve` and every process it started: vLLM's API server, EngineCore and
+workers; behind vLLM's command line, the stand-in's launcher and the stand-in) and Locust
+(master and `--processes` workers) within seconds, the server's port stops answering, and
+`vllm-slo report` still renders the folder. Every process of the run is found by a marker in
+its environment (each inherits the CLI's), not by its group: one that left the group would be
+found too. Against the known-timing stand-in behind vLLM's command line, and real vLLM CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import (
+    FAKE_VLLM,
+    HEALTH_BOUNDS_OFF,
+    cli_env,
+    only_run_dir,
+    requires_vllm,
+    wait_for,
+)
+from vllm_slo.transport.processes import ORPHAN_GRACE_S
+
+pytestmark = pytest.mark.integration
+
+MARK = "VLLM_SLO_TEST_TREE"
+# the lifeline's grace (SIGTERM, then SIGKILL) plus a loaded 2-core host's delays
+GONE_WITHIN_S = ORPHAN_GRACE_S + 5.0
+
+
+def marked_processes(mark: str) -> dict[int, str]:
+    """Live processes (zombies left out) whose environment carries MARK=mark: pid -> argv."""
+    needle = f"{MARK}={mark}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in environ and state != "Z":
+            found[int(entry.name)] = argv
+    return found
+
+
+@contextlib.contextmanager
+def marked_cli(arguments: list[str], runs_dir: Path, mark: str) -> Iterator[subprocess.Popen]:
+    """The CLI in a session of its own (so that killing it touches nothing else of the test),
+    its environment marked; whatever the test leaves is SIGKILLed by the mark on the way out
+    (a failing test must not leave a server running)."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", str(runs_dir), *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**cli_env(), MARK: mark}, cwd=runs_dir.parent, start_new_session=True)
+    try:
+        yield cli
+    finally:
+        for pid in marked_processes(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        cli.kill()
+        cli.communicate()
+
+
+def rows_on_disk(runs_dir: Path, files: int) -> bool:
+    run_dir = only_run_dir(runs_dir)
+    return run_dir is not None and len(
+        [p for p in (run_dir / "samples").glob("samples-*.arrows") if p.stat().st_size > 1000]
+    ) >= files
+
+
+def server_port(run_dir: Path) -> int:
+    """The port the suite gave the server: the one after `--host` on the launch line."""
+    first = (run_dir / "server.log").read_text().splitlines()[0]
+    return int(re.search(r"--host 127\.0\.0\.1 --port (\d+)", first).group(1))
+
+
+def answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def kill_cli_and_time_the_tree(cli: subprocess.Popen, mark: str) -> tuple[dict[int, str], float]:
+    """SIGKILL the CLI alone; the run's processes before it, and seconds until all are gone."""
+    tree = marked_processes(mark)
+    tree.pop(cli.pid)
+    os.kill(cli.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    cli.wait(10)
+    wait_for(lambda: not marked_processes(mark), GONE_WITHIN_S, "the run's processes to end",
+             poll_s=0.1)
+    return tree, time.monotonic() - killed
+
+
+def report_renders(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    (run_dir / "report.html").unlink(missing_ok=True)
+    return subprocess.run([sys.executable, "-m", "vllm_slo.cli", "report", str(run_dir)],
+                          capture_output=True, text=True, env=cli_env(), timeout=180)
+
+
+def assert_report_renders_the_cut_run(run_dir: Path) -> None:
+    """`report` on the folder: the rows on disk rendered, the run named as cut short (exit 4,
+    an invalid measurement: not an internal error, not a verdict)."""
+    report = report_renders(run_dir)
+    output = report.stdout + report.stderr
+    assert report.returncode == 4, output
+    assert "internal error" not in output and "Traceback" not in output, output
+    assert "did not finish" in report.stdout, output
+    assert (run_dir / "report.html").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["requests"]["measured"] > 0
+
+
+def test_kill_9_of_the_cli_ends_the_launched_server_and_locust(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with marked_cli(["run", "scenario=chat", *FAKE_VLLM, *HEALTH_BOUNDS_OFF,
+                     "traffic.duration=120s", "traffic.warmup=1s", "traffic.workers=2",
+                     "traffic.arrival={kind: closed, users: 4, spawn_rate: 100, "
+                     "think_time: 0.05s}"], tmp_path, mark) as cli:
+        wait_for(lambda: rows_on_disk(tmp_path, 2), 120, "rows from both Locust workers",
+                 poll_s=0.2)
+        run_dir = only_run_dir(tmp_path)
+        port = server_port(run_dir)
+        assert answers(port)
+        tree, gone_s = kill_cli_and_time_the_tree(cli, mark)
+    print(f"kill -9 of the CLI: {len(tree)} processes gone {gone_s:.2f}s later: "
+          + "; ".join(argv[:70] for argv in tree.values()))
+    commands = list(tree.values())
+    # two lifelines, fake vLLM, the stand-in it started, Locust's master and its 2 workers
+    assert sum("lifeline.py" in c for c in commands) == 2, commands
+    assert sum("fake_vllm.py" in c and "lifeline.py" not in c for c in commands) == 1, commands
+    assert sum("vllm_slo.servers.standin" in c for c in commands) == 1, commands
+    assert sum("locust" in c and "lifeline.py" not in c for c in commands) == 3, commands
+    assert gone_s < GONE_WITHIN_S
+    assert not answers(port)
+    # the lifelines said what they did, in the server's log and Locust's
+    for log in ("server.log", "locust.log"):
+        assert "ended or let go: stopping process group" in (run_dir / log).read_text()
+    assert_report_renders_the_cut_run(run_dir)
+
+
+@requires_vllm
+def test_kill_9_of_the_cli_ends_vllm_cpu_and_locust(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with marked_cli(["run", "scenario=chat", *HEALTH_BOUNDS_OFF, "traffic.duration=120s",
+                     "traffic.warmup=1s", "traffic.arrival.users=2",
+                     "traffic.chat.output_tokens=8"], tmp_path, mark) as cli:
+        wait_for(lambda: rows_on_disk(tmp_path, 1), 400, "the first rows", poll_s=0.5)
+        run_dir = only_run_dir(tmp_path)
+        port = server_port(run_dir)
+        assert answers(port)
+        time.sleep(2)  # a few seconds of traffic
+        tree, gone_s = kill_cli_and_time_the_tree(cli, mark)
+    print(f"kill -9 of the CLI: {len(tree)} processes gone {gone_s:.2f}s later: "
+          + "; ".join(argv[:70] for argv in tree.values()))
+    commands = list(tree.values())
+    assert sum("vllm_slo.servers.vllm_cli" in c and "lifeline.py" not in c
+               for c in commands) == 1, commands  # vLLM's API server
+    assert any("EngineCore" in c for c in commands), commands  # and its engine, a child
+    assert any("locust" in c and "lifeline.py" not in c for c in commands), commands
+    assert gone_s < GONE_WITHIN_S
+    assert not answers(port)
+    assert_report_renders_the_cut_run(run_dir)
