@@ -25,7 +25,7 @@ EXPECTED = {None: "ok", "http_500": "http_error", "http_503": "http_error",
             "drop_mid_stream": "transport_error", "hang": "timeout",
             "bad_json": "malformed_stream", "bad_utf8": "malformed_stream",
             "no_done": "incomplete_stream", "not_sse": "malformed_stream",
-            "no_data": "malformed_stream"}
+            "no_data": "malformed_stream", "bad_value": "bad_response"}
 
 
 def test_every_fault_is_a_row_with_its_status(tmp_path: Path) -> None:

@@ -618,6 +618,20 @@ def test_fault_no_data_and_no_usage(standin: StandinServer) -> None:
     assert all("usage" not in json.loads(d) for d in payloads[:-1])
 
 
+def test_fault_bad_value_spoils_one_value_per_request_in_turn(standin: StandinServer) -> None:
+    from vllm_slo.servers.standin.faults import BAD_VALUES
+
+    spoiled = []
+    for _ in BAD_VALUES:
+        r = fault_request(standin.url, "bad_value")
+        assert (r.status, r.complete) == (200, True) and r.events[-1][1] == "[DONE]"
+        docs = [json.loads(d) for _, d in r.events[:-1]]  # framing and JSON stay valid
+        spoiled.append(json.dumps(docs))
+    assert '"finish_reason": 7' in spoiled[0] and '"completion_tokens": "8"' in spoiled[1]
+    assert "NaN" in spoiled[3] and '"usage": [1, 2]' in spoiled[6]
+    assert '"delta": "hello"' in spoiled[7]
+
+
 def test_mixed_faults_take_every_kind_in_turn() -> None:
     from vllm_slo.servers.standin.faults import MIXED_KINDS, FaultPicker
 
@@ -632,7 +646,7 @@ def test_mixed_faults_take_every_kind_in_turn() -> None:
 def test_every_fault_kind_is_tested() -> None:
     covered = {"http_500", "http_503", "http_429", "sse_error", "no_tokens", "drop_mid_stream",
                "hang", "bad_json", "bad_utf8", "no_done", "not_sse", "no_data", "no_usage",
-               "xss"}
+               "xss", "bad_value"}
     assert set(FAULT_KINDS) == covered
 
 

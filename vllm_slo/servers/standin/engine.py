@@ -18,8 +18,8 @@ Timing model (all times from a monotonic clock, scheduled as absolute deadlines 
   ``reasoning_field``), the rest as content; no chunk spans the boundary.
 * non-streaming responses are sent whole at the time of the last token.
 
-The faults that change the generated tokens (``no_tokens``, ``drop_mid_stream``, ``xss``) are
-carried out here; see ``faults``.
+The faults that change the generated tokens (``no_tokens``, ``drop_mid_stream``, ``xss``,
+``bad_value``) are carried out here; see ``faults``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from collections import deque
 
 from vllm_slo.servers.standin.config import StandinConfig, Trace
-from vllm_slo.servers.standin.faults import XSS_WORDS
+from vllm_slo.servers.standin.faults import BAD_VALUES, XSS_WORDS, spoil
 from vllm_slo.servers.standin.http import LAST_CHUNK, http_chunk, send_json, write
 from vllm_slo.servers.standin.openai import Params, sse
 
@@ -114,6 +114,14 @@ class Engine:
         self.queue = FifoLimiter(config.max_concurrency)
         self.counters = Counters()
         self._jitter_rng = random.Random(f"jitter:{config.seed}")
+        self._bad_values = 0  # bad_value faults served: each takes the next spoil in turn
+
+    def _bad_value(self, fault: str | None) -> tuple[str, str] | None:
+        """This request's spoil (name, chunk) under the ``bad_value`` fault, else None."""
+        if fault != "bad_value":
+            return None
+        self._bad_values += 1
+        return BAD_VALUES[(self._bad_values - 1) % len(BAD_VALUES)]
 
     async def generate(
         self,
@@ -196,6 +204,7 @@ class Engine:
         ranges = self._chunk_ranges(n, reasoning)
         texts = self._texts(ranges, fault)
         drop_at = params.max_tokens // 2 if fault == "drop_mid_stream" else None
+        bad = self._bad_value(fault)
         created = int(time.time())
         base = {
             "id": trace.request_id,
@@ -225,7 +234,11 @@ class Engine:
             else:
                 choice = {"index": 0, "text": text, "logprobs": None}
             choice.update(finish_reason=finish, stop_reason=None)
-            event = sse({**base, "choices": [choice], **self._usage(params, b, fault)})
+            doc = {**base, "choices": [choice], **self._usage(params, b, fault)}
+            if bad is not None and bad[1] == ("last" if b == n else "middle" if
+                                               b == n // 2 + 1 else ""):
+                doc = spoil(doc, bad[0])
+            event = sse(doc)
             if b == n // 2 + 1 and fault in ("bad_json", "bad_utf8"):
                 event = _broken(event, fault)
             elif fault == "no_data":
@@ -245,7 +258,9 @@ class Engine:
                 "total_tokens": params.prompt_tokens + n,
                 "completion_tokens": n,
             }
-            usage_event = sse({**base, "choices": [], "usage": usage})
+            doc = {**base, "choices": [], "usage": usage}
+            usage_event = sse(spoil(doc, bad[0]) if bad is not None and bad[1] == "usage"
+                              else doc)
             await write(writer, _without_data_field(usage_event) if fault == "no_data"
                         else usage_event)
         if fault == "no_data":
@@ -297,7 +312,7 @@ class Engine:
             "created": int(time.time()),
             "model": self.config.model,
             "choices": [choice],
-            "usage": usage,
+            "usage": [1, 2] if fault == "bad_value" else usage,
         }
         trace.status = 200
         sent = await send_json(writer, 200, body, keep_alive=keep)

@@ -27,6 +27,11 @@ does:
   the final usage chunk nor per-chunk ``continuous_usage_stats``): a success whose token
   count the client cannot know.
 * ``xss``: normal timing, but the content tokens carry HTML/JS payloads (report-escaping tests).
+* ``bad_value``: streaming: well-framed JSON with one value of the wrong type or range; each
+  faulted request takes the next of ``BAD_VALUES`` in turn: ``finish_reason: 7``,
+  ``completion_tokens: "16"`` / ``2^40`` / ``NaN`` / ``-5`` in the usage chunk, a per-chunk
+  ``completion_tokens`` that falls, ``"usage": [1, 2]``, ``"delta": "hello"`` (chat; a
+  completion's ``"text": 7``). Non-streaming: ``"usage": [1, 2]``.
 
 The configured kind ``mixed`` gives each faulted request the next kind of ``MIXED_KINDS`` in
 turn (every way to fail, reproducibly: a hostile server for end-to-end tests).
@@ -38,8 +43,10 @@ sent by ``app.StandinApp``; the ones that change the generated tokens (``no_toke
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Mapping
+from typing import Any
 
 FAULT_KINDS: tuple[str, ...] = (
     "http_500",
@@ -56,6 +63,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "no_data",
     "no_usage",
     "xss",
+    "bad_value",
 )
 MIXED = "mixed"  # as a configured kind: each faulted request takes the next kind in turn
 # every way to fail (no_usage and xss are answers the suite must take as successes)
@@ -66,6 +74,41 @@ NO_FAULT = "none"
 BUSY_MESSAGE = "The engine is currently busy, please retry later (standin injected fault)."
 XSS_PAYLOADS: tuple[str, ...] = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
 XSS_WORDS = (" " + XSS_PAYLOADS[0], " " + XSS_PAYLOADS[1], " &amp;", " '")
+
+
+# bad_value's spoils, in turn: (name, the chunk it spoils: the last token chunk, the middle
+# one, or the final usage chunk)
+BAD_VALUES: tuple[tuple[str, str], ...] = (
+    ("finish_reason_int", "last"),
+    ("count_string", "usage"),
+    ("count_huge", "usage"),
+    ("count_nan", "usage"),
+    ("count_negative", "usage"),
+    ("count_falls", "middle"),
+    ("usage_list", "usage"),
+    ("delta_string", "middle"),
+)
+
+
+def spoil(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """A chunk (or a whole completion) with the value `name` spoils replaced; a new dict."""
+    doc = copy.deepcopy(doc)
+    choices = doc.get("choices") or [{}]
+    usage = doc.get("usage")
+    if name == "finish_reason_int":
+        choices[0]["finish_reason"] = 7
+    elif name == "usage_list":
+        doc["usage"] = [1, 2]
+    elif name == "delta_string":
+        if "delta" in choices[0]:
+            choices[0]["delta"] = "hello"
+        else:
+            choices[0]["text"] = 7
+    elif isinstance(usage, dict):
+        usage["completion_tokens"] = {"count_string": str(usage.get("completion_tokens")),
+                                      "count_huge": 2**40, "count_nan": float("nan"),
+                                      "count_negative": -5, "count_falls": 0}[name]
+    return doc
 
 
 class UnknownFaultError(ValueError):
