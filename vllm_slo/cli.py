@@ -23,6 +23,7 @@ request, interrupted).
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import signal
 import sys
@@ -33,12 +34,44 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vllm_slo.redaction import redact_secrets, redact_text
+from vllm_slo.run_folder.file_writes import OutputWriteError
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
-from vllm_slo.scenarios.plugins import load_plugins
+from vllm_slo.scenarios.plugins import load_plugins, plugin_in_traceback
 
 USAGE = __doc__ or ""
 Writer = Callable[[str], None]
+
+
+# what the suite prints beyond ASCII, and what an ASCII terminal gets instead
+ASCII_FALLBACKS = {"±": "+/-", "†": "+", "‡": "++", "×": "x", "…": "...", "·": "-", "—": "--",
+                   "–": "-", "≤": "<=", "≥": ">=", "≈": "~", "→": "->", "←": "<-", "µ": "u",
+                   "°": "deg", "✓": "ok", "✗": "x", "•": "*", "²": "^2", "√": "sqrt"}
+_FALLBACK_HANDLER = "vllm_slo_ascii"
+
+
+def _ascii_fallback(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: characters the terminal cannot encode become their ASCII
+    fallback (`±` -> `+/-`), any other one `?`."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(ASCII_FALLBACKS.get(char, "?") for char in text), error.end
+
+
+def encodable_output(streams: Sequence[object] | None = None) -> None:
+    """Make stdout and stderr print anything: a stream whose encoding cannot write the
+    suite's symbols (`LC_ALL=C` without UTF-8 mode: ASCII) is reconfigured to write ASCII
+    fallbacks instead of raising UnicodeEncodeError after the verdict was reached."""
+    codecs.register_error(_FALLBACK_HANDLER, _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr) if streams is None else streams:
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        reconfigure = getattr(stream, "reconfigure", None)
+        try:
+            "".join(ASCII_FALLBACKS).encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            if reconfigure is not None:
+                reconfigure(errors=_FALLBACK_HANDLER)
 
 
 def _stdout(text: str) -> None:
@@ -316,20 +349,52 @@ def crash_log_path() -> Path:
     return Path(tempfile.gettempdir()) / f"vllm-slo-crash-{stamp}-{os.getpid()}.log"
 
 
-def _report_crash(error: BaseException, arguments: Sequence[str], complain: Writer) -> int:
-    """An exception the suite did not raise on purpose: its traceback to a log file, one line
-    to the terminal, exit 4 (never 1, which says an SLO or a gate failed)."""
+def _crash_log(error: BaseException, arguments: Sequence[str]) -> str:
+    """The traceback to a log file; where it went, in words."""
     path = crash_log_path()
     detail = "".join(traceback.format_exception(error))
     try:
         path.write_text(redact_text(
-            f"vllm-slo {' '.join(redact_secrets(list(arguments)))}\n\n{detail}"))
-        where = f"the traceback is in {path}"
+            f"vllm-slo {' '.join(redact_secrets(list(arguments)))}\n\n{detail}"),
+            encoding="utf-8")
+        return f"the traceback is in {path}"
     except OSError as log_error:
-        where = f"no traceback log ({path}: {log_error.strerror})"
+        return f"no traceback log ({path}: {log_error.strerror})"
+
+
+def _report_crash(error: BaseException, arguments: Sequence[str], complain: Writer) -> int:
+    """An exception the suite did not raise on purpose: its traceback to a log file, one line
+    to the terminal, exit 4 (never 1, which says an SLO or a gate failed). A plugin's
+    exception (a module VLLM_SLO_PLUGINS names is in its traceback) names the plugin."""
+    where = _crash_log(error, arguments)
     first_line = redact_text((str(error).strip().splitlines() or [""])[0][:300])
-    complain(f"vllm-slo: internal error (exit 4, not a verdict): {type(error).__name__}"
-             f"{': ' + first_line if first_line else ''}; {where}")
+    plugin = plugin_in_traceback(error)
+    raised = (f"plugin {plugin} raised {error!r}"[:400] if plugin is not None else
+              f"{type(error).__name__}{': ' + first_line if first_line else ''}")
+    complain(f"vllm-slo: internal error (exit 4, not a verdict): {raised}; {where}")
+    return int(ExitCode.INVALID_MEASUREMENT)
+
+
+def _report_write_failure(error: OutputWriteError, say: Writer, complain: Writer) -> int:
+    """A file that could not be written (full disk, read-only folder): the verdict reached
+    before it, if any, then the path and why; exit 4 (nothing was saved to stand on)."""
+    if error.verdict_text is not None and error.verdict_exit_code is not None:
+        code = ExitCode(error.verdict_exit_code)
+        say("\n" + error.verdict_text)
+        say(f"\nverdict: exit code {int(code)} ({code.name}), but it could not be saved")
+    complain(_capped(redact_text(
+        f"vllm-slo: error: {error} (exit 4: the environment failed to keep the outputs; "
+        f"free space or permissions, then `vllm-slo report RUN_DIR` renders them again)")))
+    return int(ExitCode.INVALID_MEASUREMENT)
+
+
+def _report_environment(error: OSError, arguments: Sequence[str], complain: Writer) -> int:
+    """An OSError naming a file (a read-only cache folder, a full disk): the path and the
+    system's reason, exit 4, its traceback logged."""
+    where = _crash_log(error, arguments)
+    complain(_capped(redact_text(
+        f"vllm-slo: error: cannot use {error.filename}: {error.strerror or error} (exit 4, "
+        f"not a verdict); {where}")))
     return int(ExitCode.INVALID_MEASUREMENT)
 
 
@@ -356,6 +421,7 @@ def _flags_first(arguments: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
          complain: Writer = _stderr) -> int:
     """Parse, call, print through `say` (errors through `complain`), return the exit code."""
+    encodable_output()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and "=" in arguments[0] and not arguments[0].startswith("-"):
         arguments = ["run", *arguments]  # `vllm-slo scenario=chat` == `vllm-slo run ...`
@@ -372,13 +438,21 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
     try:
         load_plugins()  # modules that register metrics or profiles (VLLM_SLO_PLUGINS)
         return _dispatch(options, say)
+    except OutputWriteError as error:
+        return _report_write_failure(error, say, complain)
     except SloSuiteError as error:
         complain(_capped(redact_text(f"vllm-slo: error: {error}")))
         return int(error.exit_code)
     except KeyboardInterrupt:  # a signal outside the run's own handling (or a third one)
         complain(INTERRUPTED_MESSAGE)
         return int(ExitCode.INVALID_MEASUREMENT)
+    except OSError as error:
+        if error.filename is not None:
+            return _report_environment(error, arguments, complain)
+        return _report_crash(error, arguments, complain)
     except Exception as error:  # a crash must never read as a verdict
+        return _report_crash(error, arguments, complain)
+    except BaseException as error:  # sys.exit() in a plugin: never the exit code
         return _report_crash(error, arguments, complain)
 
 

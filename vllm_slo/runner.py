@@ -44,6 +44,7 @@ from vllm_slo.redaction import (
 )
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
+from vllm_slo.run_folder.file_writes import unique_folder
 from vllm_slo.run_folder.locust_config import LocustConfig
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import (
@@ -99,17 +100,11 @@ def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
     check_runs_root(runs_root)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     runs_root = runs_root.resolve()  # relative to where the user stands, absolute from here on
-    run_dir = runs_root / f"{stamp}-{scenario_name}"
-    suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = runs_root / f"{stamp}-{scenario_name}-{suffix}"
-    try:
-        run_dir.mkdir(parents=True)
+    try:  # an exclusive mkdir: runs started in one second get -2, -3, even concurrently
+        return unique_folder(runs_root, f"{stamp}-{scenario_name}")
     except OSError as error:
         raise ScenarioError(f"--runs-dir {runs_root}: cannot create the run folder "
-                            f"{run_dir.name}: {error.strerror or error}") from None
-    return run_dir
+                            f"{stamp}-{scenario_name}: {error.strerror or error}") from None
 
 
 def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:

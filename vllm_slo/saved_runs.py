@@ -37,8 +37,10 @@ from vllm_slo.reports.trial_folders import (
     read_scenario,
     trial_folders,
 )
+from vllm_slo.run_folder.file_writes import unique_folder
 from vllm_slo.run_folder.run_files import TRIALS_DIR
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.scenarios.metrics import parse_cell
 from vllm_slo.stats.statistics import Verdict
 from vllm_slo.stats.trial_planning import trials_for_gate
 from vllm_slo.stats.trial_statistics import TrialTest
@@ -62,6 +64,19 @@ def _check_range(flag: str, value: float, low: float, high: float, *,
         raise ScenarioError(f"{flag} {value:.4g} ({value:.1%}) is outside {bracket}{low:.0%}, "
                             f"{high:.0%})")
     return value
+
+
+def check_cells(cells: Sequence[str] | None) -> list[str] | None:
+    """`--cells` as given, each a cell the metric vocabulary knows (`ttft.p50`,
+    `chat:itl.p99`); a usage error (exit 2) naming the first that is not."""
+    if cells is None:
+        return None
+    for cell in cells:
+        try:
+            parse_cell(cell)
+        except ValueError as error:
+            raise ScenarioError(f"--cells {cell!r}: {error}") from None
+    return list(cells)
 
 
 def _run_folder(run_dir: Path) -> Path:
@@ -142,6 +157,7 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     _check_range("--alpha", alpha, 0.0, 1.0)
+    cells = check_cells(cells)
     from vllm_slo.reports.capacity_report import compare_capacity_folders, is_capacity_folder
 
     if all(is_capacity_folder(run_dir) for run_dir in run_dirs):
@@ -163,23 +179,30 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
         raise ScenarioError("refusing to compare runs of different workloads (use --force to "
                             "compare anyway):\n  " + "\n  ".join(refused))
     run_id = f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    inside = [p for p in run_dirs if _inside(out_dir or runs_root / run_id, p)]
+    if inside:
+        raise ScenarioError(f"the comparison's folder {out_dir or runs_root / run_id} would "
+                            f"be inside the compared run {inside[0]}; pass --runs-dir "
+                            "elsewhere")
+    try:
+        if out_dir is None:  # two compares in one second: compare-<UTC>, compare-<UTC>-2
+            out_dir = unique_folder(runs_root, run_id)
+            run_id = out_dir.name
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ScenarioError(f"cannot create the comparison's folder "
+                            f"{out_dir or runs_root / run_id} (--runs-dir): "
+                            f"{error.strerror or error}") from None
     summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id,
                                        test)
     notes = [f"{'--force: ' if w in refused else ''}{w}" for w in (*refused, *noted)]
     if notes:
         summary = dataclasses.replace(summary, warnings=(*notes, *summary.warnings))
-    out_dir = out_dir or runs_root / run_id
-    inside = [p for p in run_dirs if _inside(out_dir, p)]
-    if inside:
-        raise ScenarioError(f"the comparison's folder {out_dir} would be inside the compared "
-                            f"run {inside[0]}; pass --runs-dir elsewhere")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ScenarioError(f"cannot create the comparison's folder {out_dir} "
-                            f"(--runs-dir): {error.strerror or error}") from None
     written = write_experiment(out_dir, summary, groups)
     text = render_comparison_text(summary)
+    if written.step_summary_warning is not None:
+        text += f"\nwarning: {written.step_summary_warning}"
     return CommandResult(f"{text}\n\nreport: {written.report_path}", ExitCode.PASS,
                          written.report_path)
 
@@ -265,6 +288,7 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
     if is_capacity_folder(candidate_dir) and is_capacity_folder(baseline_dir):
         text, code = gate_capacity_folders(candidate_dir, baseline_dir, margin, force)
         return CommandResult(text, code)
+    cells = check_cells(cells)
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
     repeated = _same_trials([candidate, baseline])

@@ -42,7 +42,12 @@ from vllm_slo.analysis.chunk_tokens import (
     token_gaps_in_arrival_order,
 )
 from vllm_slo.run_folder.samples_format import ROW_ORDER
-from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS
+from vllm_slo.scenarios.metrics import (
+    LATENCY_METRICS,
+    METRICS,
+    MetricSourceError,
+    metric_samples,
+)
 from vllm_slo.scenarios.slo import ADAPTER_PART
 from vllm_slo.stats.effective_size import effective_sample_size
 from vllm_slo.stats.inputs import check_confidence
@@ -107,24 +112,38 @@ class RunSeries:
         return np.ones(self.output_tokens_per_bin.size)
 
     def rate_per_s(self, metric: str) -> float | None:
-        """A rate metric's point value: its count over the span (None: no span)."""
-        per_bin = self.samples(metric)
+        """A rate metric's point value: its count over the span (None: no span, or a
+        registered metric whose source failed: `metric_failure` says why)."""
+        try:
+            per_bin = self.samples(metric)
+        except MetricSourceError:
+            return None
         widths = self.bin_widths()
         span_s = float(widths.sum())
         return float(np.dot(per_bin, widths)) / span_s if span_s > 0 else None
 
     def rate_estimate(self, metric: str, confidence: float = 0.95) -> Estimate:
-        """A rate metric's count over the span with its interval (`span_rate_estimate`)."""
-        return span_rate_estimate(self.samples(metric), self.bin_widths(), confidence)
+        """A rate metric's count over the span with its interval (`span_rate_estimate`); a
+        registered metric whose source failed: no value, the failure as its warning."""
+        try:
+            per_bin = self.samples(metric)
+        except MetricSourceError as error:
+            return Estimate(None, None, None, confidence, 0, 0.0, "none", (str(error),))
+        return span_rate_estimate(per_bin, self.bin_widths(), confidence)
+
+    def metric_failure(self, metric: str) -> str | None:
+        """Why a registered metric has no values in this run (its sample source raised or
+        returned the wrong type), naming plugin and metric; None when it has them."""
+        try:
+            self.samples(metric)
+        except MetricSourceError as error:
+            return str(error)
+        return None
 
     def samples(self, metric: str) -> np.ndarray:
         """A metric's values in this run, from its registry entry's sample source: per
         request or gap (latency), per second in each bin of the rate span (rate)."""
-        source = METRICS[metric].samples
-        if source is None:
-            raise ValueError(f"metric {metric!r} has no sample source (a fraction's are counts)")
-        values: np.ndarray = np.asarray(source(self), dtype=np.float64)
-        return values
+        return metric_samples(METRICS[metric], self)
 
     def latency(self, metric: str) -> np.ndarray:
         """A latency metric's values (its registry entry's sample source)."""

@@ -32,10 +32,11 @@ from vllm_slo.reports.render.experiment_text import (
     render_comparison_text,
     render_experiment_text,
 )
-from vllm_slo.reports.render.markdown import append_step_summary
+from vllm_slo.reports.render.markdown import step_summary_warning
 from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.reports.trial_folders import collect_trials, naming, read_scenario
+from vllm_slo.run_folder.file_writes import OutputWriteError, write_atomic
 from vllm_slo.run_folder.run_files import (
     JUNIT_FILE,
     REPORT_FILE,
@@ -53,6 +54,7 @@ class WrittenExperiment:
     report_path: Path
     junit_path: Path | None = None
     markdown_path: Path | None = None
+    step_summary_warning: str | None = None  # $GITHUB_STEP_SUMMARY could not be appended
 
 
 def load_experiment(run_dir: Path, interrupted: bool = False
@@ -94,27 +96,37 @@ def summary_document(summary: ExperimentSummary) -> dict[str, Any]:
 
 def write_experiment(out_dir: Path, summary: ExperimentSummary, groups: Sequence[Group]
                      ) -> WrittenExperiment:
-    """summary.json (the summary's one serialisation) and report.html into `out_dir`."""
+    """summary.json (the summary's one serialisation), report.html, junit.xml and summary.md
+    into `out_dir`, each whole and never through a link (`file_writes.write_atomic`). A write
+    that fails is an OutputWriteError naming the file and carrying the verdict; a
+    $GITHUB_STEP_SUMMARY that cannot be appended is `step_summary_warning`."""
     document = summary_document(summary)
-    summary_path = out_dir / SUMMARY_FILE
-    summary_path.write_text(json.dumps(document, indent=2) + "\n")
-    view = build_experiment_view(summary, {g.label: pooled_series(g.trials) for g in groups})
-    report_path = out_dir / REPORT_FILE
-    report_path.write_text(render_experiment_html(view), encoding="utf-8")
     # junit.xml and summary.md as a single run writes them: a CI gate reads an A/B the same way
     text = (render_comparison_text(summary) if summary.kind == "comparison"
             else render_experiment_text(summary))
+    summary_path = out_dir / SUMMARY_FILE
+    report_path = out_dir / REPORT_FILE
     junit_path = out_dir / JUNIT_FILE
-    junit_path.write_text(render_experiment_junit(summary, text), encoding="utf-8")
-    markdown = render_experiment_markdown(summary)
     markdown_path = out_dir / SUMMARY_MD_FILE
-    markdown_path.write_text(markdown, encoding="utf-8")
-    append_step_summary(markdown)
-    return WrittenExperiment(document, summary_path, report_path, junit_path, markdown_path)
+    markdown = render_experiment_markdown(summary)
+    try:
+        write_atomic(summary_path, json.dumps(document, indent=2) + "\n")
+        view = build_experiment_view(summary,
+                                     {g.label: pooled_series(g.trials) for g in groups})
+        write_atomic(report_path, render_experiment_html(view))
+        write_atomic(junit_path, render_experiment_junit(summary, text))
+        write_atomic(markdown_path, markdown)
+    except OutputWriteError as error:
+        raise error.with_verdict(text, int(document.get("exit_code", 0))) from None
+    return WrittenExperiment(document, summary_path, report_path, junit_path, markdown_path,
+                             step_summary_warning(markdown))
 
 
 def render_experiment(run_dir: Path, interrupted: bool = False) -> RenderedRun:
     summary, groups = load_experiment(run_dir, interrupted)
     written = write_experiment(run_dir, summary, groups)
-    return RenderedRun(written.summary, render_experiment_text(summary), written.report_path,
-                       written.summary_path, written.junit_path, written.markdown_path)
+    text = render_experiment_text(summary)
+    if written.step_summary_warning is not None:
+        text += f"\nwarning: {written.step_summary_warning}"
+    return RenderedRun(written.summary, text, written.report_path, written.summary_path,
+                       written.junit_path, written.markdown_path)

@@ -52,9 +52,10 @@ from vllm_slo.reports.client_records import read_client_records
 from vllm_slo.reports.json_lines import read_json_lines
 from vllm_slo.reports.render.html import build_view, render_html
 from vllm_slo.reports.render.junit import render_junit
-from vllm_slo.reports.render.markdown import append_step_summary, render_markdown
+from vllm_slo.reports.render.markdown import render_markdown, step_summary_warning
 from vllm_slo.reports.render.text import render_table
 from vllm_slo.reports.samples import client_cpu_fractions, read_samples
+from vllm_slo.run_folder.file_writes import OutputWriteError, write_atomic
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import (
     JUNIT_FILE,
@@ -70,9 +71,10 @@ from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.run_folder.samples_format import SAMPLES_FILE
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
+from vllm_slo.scenarios.metrics import BUILT_IN_METRICS
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
-from vllm_slo.scenarios.slo import ADAPTER_PART
+from vllm_slo.scenarios.slo import ADAPTER_PART, SloRule
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.serialise import to_json
 
@@ -228,8 +230,25 @@ def load_run(run_dir: Path) -> LoadedRun:
         by_adapter={name.removeprefix(ADAPTER_PART): part_summary
                     for name, (_, part_summary) in parts.items()
                     if name.startswith(ADAPTER_PART)},
-        warnings=[*status.warnings, *read_warnings, *sizing.notes, *cache_warnings])
+        warnings=[*status.warnings, *read_warnings, *sizing.notes, *cache_warnings,
+                  *_metric_failures(scenario.slo.rules(), series, parts)])
     return LoadedRun(document, series, table, server_records)
+
+
+def _metric_failures(rules: Sequence[SloRule], series: RunSeries,
+                     parts: Mapping[str, tuple[RunSeries, Any]]) -> list[str]:
+    """A warning per registered metric the SLOs name whose sample source failed (it raised
+    or returned the wrong type), naming plugin and metric: its verdicts are inconclusive,
+    everything else of the run is reported."""
+    failures = []
+    for rule in rules:
+        if rule.metric in BUILT_IN_METRICS:
+            continue
+        where = series if rule.part is None else parts.get(rule.part, (None, None))[0]
+        failure = None if where is None else where.metric_failure(rule.metric)
+        if failure is not None:
+            failures.append(f"{failure}; its SLO is inconclusive")
+    return list(dict.fromkeys(failures))
 
 
 def prefix_cache_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
@@ -253,19 +272,28 @@ def prefix_cache_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
 
 
 def render_run(run_dir: Path) -> RenderedRun:
+    """Every output of a run folder, from the folder alone, each written whole and never
+    through a link (`file_writes.write_atomic`). A write that fails is an OutputWriteError
+    naming the file and carrying the verdict; a $GITHUB_STEP_SUMMARY that cannot be appended
+    is a warning at the end of the text."""
     loaded = load_run(run_dir)
     document = loaded.document
     summary = to_json(document)
+    text = render_table(document)
     summary_path = run_dir / SUMMARY_FILE
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     report_path = run_dir / REPORT_FILE
-    view = build_view(document, loaded.series, loaded.table, loaded.server_records)
-    report_path.write_text(render_html(view), encoding="utf-8")
     junit_path = run_dir / JUNIT_FILE
-    junit_path.write_text(render_junit(document), encoding="utf-8")
-    markdown = render_markdown(document)
     markdown_path = run_dir / SUMMARY_MD_FILE
-    markdown_path.write_text(markdown, encoding="utf-8")
-    append_step_summary(markdown)
-    return RenderedRun(summary, render_table(document), report_path, summary_path,
-                       junit_path, markdown_path)
+    markdown = render_markdown(document)
+    try:
+        write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+        view = build_view(document, loaded.series, loaded.table, loaded.server_records)
+        write_atomic(report_path, render_html(view))
+        write_atomic(junit_path, render_junit(document))
+        write_atomic(markdown_path, markdown)
+    except OutputWriteError as error:
+        raise error.with_verdict(text, int(summary["exit_code"])) from None
+    warning = step_summary_warning(markdown)
+    if warning is not None:
+        text += f"\nwarning: {warning}"
+    return RenderedRun(summary, text, report_path, summary_path, junit_path, markdown_path)

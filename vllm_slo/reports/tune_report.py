@@ -21,6 +21,7 @@ from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.reports.render.tune_html import TuneView, build_tune_view, render_tune_html
 from vllm_slo.reports.render.tune_text import render_tune_text
 from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import (
     RECOMMENDED_COMMAND_FILE,
     RECOMMENDED_CONFIG_FILE,
@@ -64,22 +65,23 @@ def write_tune(run_dir: Path, result: TuneResult) -> RenderedRun:
     experiment = _experiment_scenario(result)
     with_experiment = experiment is not None and (run_dir / TRIALS_DIR).is_dir()
     if with_experiment:
-        (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(redact_secrets(experiment),
-                                                            sort_keys=False))
+        write_atomic(run_dir / SCENARIO_FILE, yaml.safe_dump(redact_secrets(experiment),
+                                                             sort_keys=False))
         render_experiment(run_dir, interrupted=result.interrupted)
     document, text, view = build_tune(result, with_experiment)
     summary_path = run_dir / TUNE_SUMMARY_FILE
-    summary_path.write_text(json.dumps(document, indent=2) + "\n")
+    write_atomic(summary_path, json.dumps(document, indent=2) + "\n")
     report_path = run_dir / TUNE_REPORT_FILE
-    report_path.write_text(render_tune_html(view), encoding="utf-8")
+    write_atomic(report_path, render_tune_html(view))
     recommended = document["recommended"]
     for name in (RECOMMENDED_CONFIG_FILE, RECOMMENDED_COMMAND_FILE):
         (run_dir / name).unlink(missing_ok=True)
     if recommended:
-        (run_dir / RECOMMENDED_CONFIG_FILE).write_text(
+        write_atomic(
+            run_dir / RECOMMENDED_CONFIG_FILE,
             f"# vllm-slo tune {result.run_id}: candidate {recommended['candidate']} "
             f"({recommended['note']})\n# vllm serve {result.model} --config "
             f"{RECOMMENDED_CONFIG_FILE}\n"
             + yaml.safe_dump(recommended["args"], sort_keys=False))
-        (run_dir / RECOMMENDED_COMMAND_FILE).write_text(recommended["command"] + "\n")
+        write_atomic(run_dir / RECOMMENDED_COMMAND_FILE, recommended["command"] + "\n")
     return RenderedRun(document, text, report_path, summary_path)

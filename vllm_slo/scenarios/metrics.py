@@ -191,6 +191,53 @@ PER_REQUEST_LATENCY_METRICS = tuple(name for name in LATENCY_METRICS
                                     if METRICS[name].sampled_per == "request")
 
 
+class MetricSourceError(ValueError):
+    """A registered metric's sample source raised (anything but a Ctrl-C, `sys.exit()`
+    included) or returned something other than one number per bin: names the plugin module
+    and the metric. The run's summary and report are still written; the metric's verdict is
+    inconclusive with this text as its warning."""
+
+
+def plugin_of(metric: Metric) -> str:
+    """The module that defines a metric's sample source (a plugin's name)."""
+    return getattr(metric.samples, "__module__", None) or "?"
+
+
+def metric_samples(metric: Metric, run: MeasuredRun) -> np.ndarray:
+    """A metric's values in `run` from its sample source, as float64. A built-in source is
+    trusted; a registered one is checked: a 1-D array of numbers, one per bin of the rate
+    span for a rate. MetricSourceError naming plugin and metric otherwise."""
+    source = metric.samples
+    if source is None:
+        raise ValueError(f"metric {metric.name!r} has no sample source (a fraction's are counts)")
+    if metric.name in BUILT_IN_METRICS:
+        built_in: np.ndarray = np.asarray(source(run), dtype=np.float64)
+        return built_in
+    where = f"plugin {plugin_of(metric)}: metric {metric.name}"
+    try:
+        returned = source(run)
+    except KeyboardInterrupt:  # a real Ctrl-C stops the suite
+        raise
+    except BaseException as error:  # sys.exit() in a sample source too
+        text = " ".join(repr(error).split())[:300]
+        raise MetricSourceError(f"{where} failed: its sample source raised {text}") from None
+    try:
+        values: np.ndarray = np.asarray(returned, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        values = np.empty(0)
+        shape_ok = False
+    else:
+        shape_ok = values.ndim == 1
+    bins = run.bin_widths().size
+    if not shape_ok or (metric.kind is MetricKind.RATE and values.size != bins):
+        shown = " ".join(repr(returned).split())[:80]
+        wanted = (f"{bins} numbers (one per 1-s bin)" if metric.kind is MetricKind.RATE
+                  else "a 1-D array of numbers")
+        raise MetricSourceError(f"{where} failed: its sample source returned "
+                                f"{type(returned).__name__} {shown}, not {wanted}")
+    return values
+
+
 _METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _RESERVED_KEYS = ("by_profile", "by_adapter")  # other keys of an `slo:` block
 

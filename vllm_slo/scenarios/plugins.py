@@ -30,10 +30,36 @@ def load_plugins(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     for name in names:
         try:
             importlib.import_module(name)
+        except KeyboardInterrupt:  # a real Ctrl-C stops the suite, as anywhere else
+            raise
         except Exception as error:  # a plugin's own failure is the user's to see, in one line
             raise ScenarioError(f"{PLUGINS_ENV}: cannot import {name!r}: "
                                 f"{type(error).__name__}: {error}") from None
+        except BaseException as error:  # sys.exit() at import: never the suite's exit code
+            raise ScenarioError(f"{PLUGINS_ENV}: cannot import {name!r}: plugin {name} "
+                                f"raised {raised_text(error)}") from None
     return names
+
+
+def raised_text(error: BaseException) -> str:
+    """An exception in one line for a message: `SystemExit(0)`, `ValueError('no')`."""
+    return " ".join(repr(error).split())[:300]
+
+
+def plugin_in_traceback(error: BaseException,
+                        environ: Mapping[str, str] | None = None) -> str | None:
+    """The innermost module VLLM_SLO_PLUGINS names (or one of its submodules) in the
+    traceback of `error`: which plugin raised it; None when none did."""
+    names = plugin_names(environ)
+    found = None
+    frame_info = error.__traceback__
+    while frame_info is not None:
+        module = frame_info.tb_frame.f_globals.get("__name__", "")
+        for name in names:
+            if module == name or module.startswith(f"{name}."):
+                found = name
+        frame_info = frame_info.tb_next
+    return found
 
 
 def unregistered_hint(document: object) -> str:

@@ -97,3 +97,15 @@ def append_step_summary(markdown: str, environ: dict[str, str] | None = None) ->
     with path.open("a", encoding="utf-8") as sink:
         sink.write(markdown + "\n")
     return path
+
+
+def step_summary_warning(markdown: str, environ: dict[str, str] | None = None) -> str | None:
+    """`append_step_summary`, a failure of which is a warning (None: appended or not set): the
+    verdict stands when the CI's summary file cannot be written."""
+    try:
+        append_step_summary(markdown, environ)
+    except OSError as error:
+        target = (os.environ if environ is None else environ).get(STEP_SUMMARY_ENV)
+        return (f"${STEP_SUMMARY_ENV} {target}: not appended ({error.strerror or error}); "
+                "the verdict stands")
+    return None
