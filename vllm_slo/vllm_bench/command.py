@@ -13,6 +13,7 @@ Reading and validating a file: `records.py`; its rows: `rows.py`; one run folder
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +27,7 @@ from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.reports.render.text import exit_code_line
 from vllm_slo.reports.run_report import render_run
+from vllm_slo.run_folder.file_writes import unique_folder, write_atomic
 from vllm_slo.run_folder.run_files import SCENARIO_FILE, TRIALS_DIR
 from vllm_slo.saved_runs import CommandResult
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
@@ -153,13 +155,27 @@ def _assign(files: Sequence[Path], labels: Sequence[str], variants: Sequence[str
     return plan
 
 
-def _fresh_folder(out: Path) -> Path:
+def _fresh_folder(out: Path | None, runs_root: Path) -> tuple[Path, bool]:
+    """The folder to import into, and whether this import created it: `--out` (absent or
+    empty), else a new `<UTC>-vllm-bench` under `runs_root` (-2, -3 for one second's)."""
+    if out is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        try:
+            return unique_folder(runs_root.expanduser().resolve(), f"{stamp}-{SCENARIO_NAME}"), True
+        except OSError as error:
+            raise ScenarioError(f"--runs-dir {runs_root}: cannot create the run folder: "
+                                f"{error.strerror or error}") from None
     out = out.expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ScenarioError(f"--out {out} already exists and is not empty; importing never "
                             f"overwrites a run folder")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ScenarioError(f"--out {out}: cannot create the folder: "
+                            f"{error.strerror or error}") from None
+    return out, created
 
 
 def _slo_source(reference: str | None) -> Scenario | None:
@@ -232,10 +248,28 @@ def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[
     for record in plan.records:
         parse_record(record)  # every file is checked before anything is written
     slo_source = _slo_source(slo_from)
-    if out is None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        out = runs_root / f"{stamp}-{SCENARIO_NAME}"
-    out = _fresh_folder(out)
+    out, created = _fresh_folder(out, runs_root)
+    try:
+        return _import_into(out, plan, slo_source, latency_from)
+    except BaseException:  # a failed import leaves no half-written (or empty) folder behind
+        _remove_import(out, created)
+        raise
+
+
+def _remove_import(out: Path, created: bool) -> None:
+    """Undo a failed import: the folder it created, or what it wrote into an empty one."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir() if out.is_dir() else ():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
+def _import_into(out: Path, plan: _Plan, slo_source: Scenario | None, latency_from: str
+                 ) -> CommandResult:
     lines = [f"importing {len(plan.records)} vllm bench result(s) into {out}"]
     if len(plan.records) == 1:
         run = write_run(out, plan.records[0], plan.labels[0], slo_source, latency_from,
@@ -256,8 +290,8 @@ def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[
             lines.append(_line(run, out))
         scenario = experiment_scenario([(r.label, Scenario.model_validate(yaml.safe_load(
             (r.run_dir / SCENARIO_FILE).read_text()))) for r in runs])
-        (out / SCENARIO_FILE).write_text(
-            yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+        write_atomic(out / SCENARIO_FILE,
+                     yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
         rendered = render_experiment(out)
         warnings = list(dict.fromkeys(w for r in runs for w in r.rows.warnings))
         lines += [f"  warning: {w}" for w in warnings]

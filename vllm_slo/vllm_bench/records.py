@@ -110,6 +110,10 @@ def read_records(path: Path) -> list[BenchRecord]:
             raise BenchFileError(
                 f"{path}: not valid JSON ({error.msg} at line {error.lineno} column "
                 f"{error.colno}); expected a `vllm bench serve --save-result` file") from None
+        except RecursionError:
+            raise BenchFileError(
+                f"{path}: JSON nested too deeply to read (a vllm bench result nests 3 levels); "
+                f"expected a `vllm bench serve --save-result` file") from None
         documents.append(document)
     if not documents:
         raise BenchFileError(f"{path}: the file is empty")
@@ -144,15 +148,29 @@ def _bad_entry(record: BenchRecord, key: str, index: int, value: Any, expected: 
                           f"{json.dumps(value)[:80]} is not {expected}")
 
 
+#: the longest duration a file may record (~116 days): beyond it a value is no measurement,
+#: and its square overflows the statistics (TTFT 1e300)
+MAX_DURATION_S = 1e7
+_SECONDS = f"a non-negative number of seconds below {MAX_DURATION_S:,.0f}"
+
+
+def _seconds(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value) and 0 <= value < MAX_DURATION_S
+
+
 def _floats(record: BenchRecord, key: str, n: int, allow_null: bool) -> np.ndarray:
     out = np.full(n, np.nan)
     for index, value in enumerate(_entries(record, key, n)):
         if value is None and allow_null:
             continue
-        if not is_number(value) or not math.isfinite(value) or value < 0:
-            raise _bad_entry(record, key, index, value, "a non-negative number of seconds")
+        if not _seconds(value):
+            raise _bad_entry(record, key, index, value, _SECONDS)
         out[index] = float(value)
     return out
+
+
+#: the largest token count a row holds (samples_format: int32 columns)
+MAX_TOKEN_COUNT = 2**31 - 1
 
 
 def _counts(record: BenchRecord, key: str, n: int) -> list[int | None]:
@@ -160,10 +178,12 @@ def _counts(record: BenchRecord, key: str, n: int) -> list[int | None]:
     for index, value in enumerate(_entries(record, key, n)):
         if value is None:
             out.append(None)
-        elif is_number(value) and value >= 0 and float(value).is_integer():
+        elif (is_number(value) and 0 <= value <= MAX_TOKEN_COUNT
+              and float(value).is_integer()):
             out.append(int(value))
         else:
-            raise _bad_entry(record, key, index, value, "a token count")
+            raise _bad_entry(record, key, index, value,
+                             f"a token count (0 to {MAX_TOKEN_COUNT:,})")
     return out
 
 
@@ -173,10 +193,9 @@ def _gap_lists(record: BenchRecord, n: int) -> list[list[float]]:
         if gaps is None:
             out.append([])
             continue
-        if not isinstance(gaps, list) or not all(
-                is_number(g) and math.isfinite(g) and g >= 0 for g in gaps):
+        if not isinstance(gaps, list) or not all(_seconds(g) for g in gaps):
             raise _bad_entry(record, "itls", index, gaps,
-                             "a list of non-negative gaps in seconds")
+                             f"a list of gaps, each {_SECONDS}")
         out.append([float(g) for g in gaps])
     return out
 

@@ -146,7 +146,12 @@ def build_rows(parsed: ParsedBench, anchor_unix_s: float, latency_from: str = "a
     else:
         latency = np.array([ttft[i] + sum(gaps[i]) if has_first[i] and gaps is not None
                             else np.nan for i in range(n)])
-    busy = np.nan_to_num(latency, nan=0.0)
+    # a request cannot end before its first token: such a file is inconsistent, and its
+    # E2E would read below its TTFT; the row keeps its TTFT, its E2E is left out (a warning)
+    with np.errstate(invalid="ignore"):
+        ends_early = has_first & np.isfinite(latency) & (latency > 0) & (latency < ttft)
+    latency[ends_early] = np.nan
+    busy = np.where(ends_early, ttft, np.nan_to_num(latency, nan=0.0))
     intended, send, how, warnings = _release_and_send(parsed, busy, latency_from)
     queued = _queued(parsed, intended, send, busy)
     lag = send - intended
@@ -194,6 +199,11 @@ def build_rows(parsed: ParsedBench, anchor_unix_s: float, latency_from: str = "a
     if is_number(completed) and completed != n - failed and not no_content:
         warnings.append(f"vLLM bench counted {completed} completed requests; the rows say "
                         f"{n - failed}")
+    if ends_early.any():
+        warnings.append(
+            f"{int(ends_early.sum())} request(s) end before their first token in the file "
+            f"(latency < ttft, e.g. request {int(np.flatnonzero(ends_early)[0])}): their E2E "
+            f"is left out (TTFT and the other rows are kept)")
     if gaps is None:
         warnings.append("the file has no itls: ITL cannot be computed (TTFT, E2E and TPOT can)")
     if parsed.latency is None:

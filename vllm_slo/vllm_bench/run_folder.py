@@ -17,17 +17,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.run_folder.file_writes import write_atomic, write_atomic_with
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import SCENARIO_FILE
 from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.run_folder.samples_format import SAMPLES_FILE
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.vllm_bench.records import BenchRecord, ParsedBench, parse_record
+from vllm_slo.vllm_bench.records import BenchFileError, BenchRecord, ParsedBench, parse_record
 from vllm_slo.vllm_bench.rows import Rows, build_rows
 
 SOURCE = "vllm-bench"
@@ -147,20 +149,26 @@ def write_run(run_dir: Path, record: BenchRecord, label: str | None,
     `instance` the server it ran on (server.instance, provenance `server_instance.label`)."""
     parsed = parse_record(record)
     anchor = anchor_unix_s(record, parsed)
-    rows = build_rows(parsed, anchor[0], latency_from)
+    try:
+        rows = build_rows(parsed, anchor[0], latency_from)
+    except (pa.ArrowException, OverflowError) as error:  # a value no row column can hold
+        raise BenchFileError(f"{record.name}: a value does not fit the run's rows "
+                             f"({type(error).__name__}: {str(error)[:200]})") from None
     scenario = trial_scenario(record, parsed, instance, slo_source)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SCENARIO_FILE).write_text(
-        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+    write_atomic(run_dir / SCENARIO_FILE,
+                 yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     provenance = _provenance(record, parsed, instance, rows, anchor, latency_from)
     Provenance.model_validate(provenance).write(run_dir, redact_secrets)
     warnings = [f"imported from vllm bench serve ({record.name}); send times {rows.send_times}",
                 "the traffic profile in scenario.yaml is a placeholder (the workload was vLLM "
                 "bench's dataset)", *rows.warnings]
     RunStatus(warnings=warnings).write(run_dir)
-    pq.write_table(rows.table, run_dir / SAMPLES_FILE)
+    write_atomic_with(run_dir / SAMPLES_FILE,
+                      lambda temporary: pq.write_table(rows.table, temporary))
     if record.count == 1:
-        shutil.copyfile(record.path, run_dir / SOURCE_COPY)
+        write_atomic_with(run_dir / SOURCE_COPY,
+                          lambda temporary: shutil.copyfile(record.path, temporary))
     else:
-        (run_dir / SOURCE_COPY).write_text(json.dumps(record.data) + "\n")
+        write_atomic(run_dir / SOURCE_COPY, json.dumps(record.data) + "\n")
     return ImportedRun(record, label, run_dir, rows, instance=instance)
