@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -17,6 +19,36 @@ from vllm_slo.scenarios.server_configs import CONFIG_DIR, config_path, read_serv
 DEVICE_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
 EngineArgValue = str | int | float | bool | None | list[str | int | float] | dict[str, Any]
 _FlagArgs = TypeVar("_FlagArgs", bound=Mapping[str, object])  # keyed by vLLM flag names
+# `vllm serve` flags the suite sets on a launched server, and what to write instead
+_OWN_ADDRESS = ("the suite starts the server on 127.0.0.1 at a free port of its own; to "
+                "measure a server at an address of your choosing, start it yourself and "
+                "attach with server.url")
+SUITE_FLAG_HINTS = {"host": _OWN_ADDRESS, "port": _OWN_ADDRESS,
+                    "model": "use server.model",
+                    "served-model-name": "use server.served_model_name"}
+# an OpenAI base URL (`.../v1`) or an endpoint's URL where the server's root belongs
+_API_PATH = re.compile(r"/v1(/.*)?$")
+
+
+def suite_flag_problem(key: str) -> str | None:
+    """Pure: why `server.args.<key>` may not be set (a flag the suite sets itself), with
+    what to write instead; None for any other flag."""
+    name = key.replace("_", "-")
+    hint = SUITE_FLAG_HINTS.get(name)
+    return None if hint is None else f"server.args.{key}: set by the suite; {hint}"
+
+
+def root_url_problem(url: str) -> str | None:
+    """Pure: why `url` is not a server's root — it ends in `/v1` (OpenAI's base URL) or names
+    an endpoint (`/v1/chat/completions`): the suite adds `/health`, `/v1/models`,
+    `/v1/chat/completions` itself, so every request would miss. None for a root URL."""
+    parts = urlsplit(url)
+    found = _API_PATH.search(parts.path.rstrip("/"))
+    if found is None:
+        return None
+    root = urlunsplit(parts._replace(path=parts.path[:found.start()], query="", fragment=""))
+    return (f"url {url!r} ends in {found.group(0)!r}: give the server's root, {root!r} (the "
+            "suite adds /health, /v1/models and /v1/chat/completions itself)")
 
 
 def check_flag_name(args: _FlagArgs) -> _FlagArgs:
@@ -122,5 +154,8 @@ class ServerSpec(Frozen):
     def _url_is_http(self) -> ServerSpec:
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
+        problem = None if self.url is None else root_url_problem(self.url)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 

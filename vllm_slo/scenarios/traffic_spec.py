@@ -28,6 +28,21 @@ from vllm_slo.scenarios.prefix_cache import PrefixCacheSpec
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles, one_of
 
 OPEN_LOOP_KINDS = ("poisson", "gamma", "constant")
+# request fields the suite sets itself (vllm_slo/loadtests/openai_stream.py `request_body`),
+# each with where to set it instead: `extra_body` is merged last, so one of these there would
+# change what the server is asked while the rows record what the suite meant to ask
+SUITE_OWNED_FIELDS = {
+    "model": "the suite sends the served model's name: set server.served_model_name, or "
+             "traffic.lora for adapters",
+    "messages": "the traffic profile writes the prompts",
+    "prompt": "the traffic profile writes the prompts",
+    "stream": "the suite streams every request, timing each chunk",
+    "max_tokens": "the traffic profile sets each request's output length",
+    "max_completion_tokens": "the traffic profile sets each request's output length",
+    "n": "the suite measures one completion per request",
+    "temperature": "use traffic.temperature",
+    "ignore_eos": "use traffic.ignore_eos",
+}
 RETRY_AFTER_MAX_S = 60.0  # closed loop: the longest Retry-After a user honours
 
 
@@ -104,6 +119,29 @@ class ArrivalSpec(Frozen):
         if self.open_loop:
             return max(stage.rate or 0.0 for stage in self.stages)
         return None
+
+
+def suite_owned_problem(extra_body: Mapping[str, Any], reasoning: bool) -> str | None:
+    """Pure: why `traffic.extra_body` may not be sent as it is: the suite-owned fields it
+    sets (named, each with where to set it instead), a `stream_options` without
+    `include_usage: true` (the plain form, without continuous usage, is allowed), or
+    `chat_template_kwargs` beside `traffic.reasoning` (which sets it); None when it sets
+    none."""
+    lines = [f"{key} ({SUITE_OWNED_FIELDS[key]})" for key in extra_body
+             if key in SUITE_OWNED_FIELDS]
+    options = extra_body.get("stream_options", {"include_usage": True})
+    if not isinstance(options, Mapping) or options.get("include_usage") is not True:
+        lines.append(f"stream_options = {options!r} (the suite counts tokens with the usage "
+                     "chunk: keep include_usage: true; {include_usage: true} alone is the "
+                     "plain form for a server that refuses continuous_usage_stats)")
+    if reasoning and "chat_template_kwargs" in extra_body:
+        lines.append("chat_template_kwargs (traffic.reasoning: true sets its "
+                     "enable_thinking: put enable_thinking: true in yours and drop "
+                     "traffic.reasoning)")
+    if not lines:
+        return None
+    return ("extra_body sets request fields the suite sets itself: " + "; ".join(lines)
+            + ". Remove them from traffic.extra_body")
 
 
 def _worker_count(value: Any) -> int | str:
@@ -263,6 +301,13 @@ class TrafficSpec(Frozen):
         if self.profile != "mix" and self.mix:
             raise ValueError(f"traffic.mix is for profile: mix (this profile is "
                              f"{self.profile!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _extra_body_leaves_the_suites_fields(self) -> TrafficSpec:
+        problem = suite_owned_problem(self.extra_body, self.reasoning)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="before")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,6 +64,15 @@ def _int(text: str | None) -> int | None:
         return int(text) if text not in (None, "None") else None
     except ValueError:
         return None
+
+
+def _float(text: str | None) -> float | None:
+    """A label's finite number; None for "None", text that is no number, NaN or infinity."""
+    try:
+        value = float(text) if text not in (None, "None") else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def facts_from_log(log: str) -> dict[str, Any]:
@@ -115,10 +125,11 @@ def facts_from_metrics(values: Mapping[str, float]) -> dict[str, Any]:
     for fact, label in (("block_size", "block_size"), ("kv_cache_blocks", "num_gpu_blocks"),
                         ("kv_cache_tokens", "kv_cache_size_tokens")):
         value = _int(labels.get(label))
-        if value is not None:
+        if value is not None and value > 0:  # a count or size the engine could have
             facts[fact] = value
-    if labels.get("kv_cache_max_concurrency") not in (None, "None"):
-        facts["max_concurrency"] = float(labels["kv_cache_max_concurrency"])
+    concurrency = _float(labels.get("kv_cache_max_concurrency"))
+    if concurrency is not None and concurrency > 0:
+        facts["max_concurrency"] = concurrency
     if labels.get("enable_prefix_caching") in ("True", "False"):
         facts["enable_prefix_caching"] = _bool(labels["enable_prefix_caching"])
     return facts

@@ -28,7 +28,7 @@ from vllm_slo.scenarios.errors import ServerConfigError
 from vllm_slo.scenarios.server_configs import read_server_config
 from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.tiny_model import cache_root
-from vllm_slo.servers.vllm_cli import CHECK_FLAG, RESULTS_MARK, vllm_version
+from vllm_slo.servers.vllm_cli import CHECK_FLAG, CHECK_REVISION, RESULTS_MARK, vllm_version
 from vllm_slo.servers.vllm_server import plan_launch, vllm_installed
 
 CHECK_TIMEOUT_S = 300.0
@@ -84,7 +84,7 @@ def rejection_message(args: dict[str, Any], check: ArgsCheck,
 
 
 def _cache_dir() -> Path:
-    return cache_root().resolve() / "vllm-args" / vllm_version()
+    return cache_root().resolve() / "vllm-args" / f"{vllm_version()}-check{CHECK_REVISION}"
 
 
 def _cache_path(command: list[str]) -> Path:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import json
+import operator
 import sys
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 _original_version = metadata.version
@@ -33,13 +35,51 @@ def _version(distribution_name: str) -> str:
 
 
 CHECK_FLAG = "--check-serve-args"  # see check_serve_args
+# what a check answers; bumped when it checks more, so answers cached by an older check are
+# asked again (vllm_slo/servers/vllm_args.py keys its cache by it)
+CHECK_REVISION = 2
+_BOUNDS = (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<="),
+           ("lt", operator.lt, "<"))
+
+
+def out_of_bounds(values: Mapping[str, object], configs: Iterable[type]) -> str | None:
+    """The first parsed argument outside the bounds vLLM's own config classes declare for the
+    field of its name (pydantic `Field(ge=1)` ...), said as argparse would name it (`argument
+    --max-num-seqs: ...`); None when all are within. vLLM's parser takes `--max-num-seqs 0`
+    and only the engine's start-up refuses it, with a long traceback; the configs are pydantic
+    dataclasses (`__pydantic_fields__`), so their bounds can be read without building one."""
+    for config in configs:
+        fields = getattr(config, "__pydantic_fields__", None)
+        if not isinstance(fields, Mapping):
+            continue
+        for name, info in fields.items():
+            value = values.get(name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            for constraint in getattr(info, "metadata", ()):
+                for attribute, holds, symbol in _BOUNDS:
+                    bound = getattr(constraint, attribute, None)
+                    if isinstance(bound, int | float) and not holds(value, bound):
+                        return (f"argument --{name.replace('_', '-')}: {value!r} is out of "
+                                f"range: vLLM's {config.__name__}.{name} must be {symbol} "
+                                f"{bound}")
+    return None
+
+
+def _config_classes() -> list[type]:
+    """vLLM's config classes (vllm.config's pydantic dataclasses)."""
+    import vllm.config as configs
+
+    return [value for value in vars(configs).values()
+            if isinstance(value, type) and hasattr(value, "__pydantic_fields__")]
 
 
 def check_serve_args(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`python -m vllm_slo.servers.vllm_cli --check-serve-args` (a JSON list of `{"model": M,
     "args": [flags...]}` on stdin, a JSON list of results on stdout): each command line parsed by
     the installed vLLM's own `vllm serve` parser and validated as `vllm serve` does before it
-    starts anything, nothing launched. A result: `{"ok": bool, "error": str | None,
+    starts anything, then each number against the bounds vLLM's configs declare
+    (`out_of_bounds`), nothing launched. A result: `{"ok": bool, "error": str | None,
     "options": [every option string of vllm serve]}`."""
     import vllm.entrypoints.cli.serve as serve
 
@@ -55,6 +95,7 @@ def check_serve_args(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         raise _Rejected(message)
 
     results: list[dict[str, Any]] = []
+    configs = _config_classes()
     for request in requests:
         root = FlexibleArgumentParser(prog="vllm")  # its subparsers are of its class
         parser = serve.cmd_init()[0].subparser_init(root.add_subparsers())
@@ -65,6 +106,10 @@ def check_serve_args(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
             serve.ServeSubcommand().validate(args)
         except (_Rejected, ValueError, TypeError) as exc:
             results.append({"ok": False, "error": str(exc), "options": options})
+            continue
+        bounds = out_of_bounds(vars(args), configs)
+        if bounds is not None:
+            results.append({"ok": False, "error": bounds, "options": options})
             continue
         results.append({"ok": True, "error": None, "options": options})
     return results

@@ -22,7 +22,7 @@ from typing import Any
 from vllm_slo.scenarios.errors import ScenarioError, ServerConfigError, ServerError
 from vllm_slo.scenarios.lora import LoraSpec
 from vllm_slo.scenarios.server_configs import engine_args_to_argv
-from vllm_slo.scenarios.server_spec import DEVICE_ENV_VARS, ServerSpec
+from vllm_slo.scenarios.server_spec import DEVICE_ENV_VARS, ServerSpec, suite_flag_problem
 from vllm_slo.servers.core_split import (
     NO_SPLIT,
     CoreSplit,
@@ -155,11 +155,9 @@ def plan_launch(spec: ServerSpec, platform: str, model_path: str, port: int,
         args.update(lora_engine_args(spec.lora, paths))
         adapters = {name: {"source": source, "path": paths[name]}
                     for name, source in spec.lora.adapters.items()}
-    for reserved in ("host", "port", "served-model-name", "model"):
-        if reserved in args:
-            raise ScenarioError(
-                f"server.args.{reserved}: set by the suite; use server.model / "
-                f"server.served_model_name instead")
+    reserved = next(filter(None, map(suite_flag_problem, args)), None)
+    if reserved is not None:
+        raise ScenarioError(reserved)
     applied: dict[str, Any] = {}
     if platform == "cpu":
         block_size = args.get("block-size")
