@@ -410,6 +410,9 @@ def _server_phase(trial: _Trial) -> Iterator[_Served]:
         assert ready is not None
         say(f"server ready after {ready.ready_after_s:.1f}s: model {ready.model_id}, "
             f"vLLM {ready.version}")
+        for warning in ready.warnings:  # what it said of itself in a shape it could not use
+            say(f"warning: {warning}")
+            record.status.warnings.append(warning)
         unserved = unserved_names(traffic.lora, ready.served_models)
         if unserved:
             raise ScenarioError(
@@ -496,6 +499,8 @@ def _traffic_phase(trial: _Trial, served: _Served,
     load = _load_generator(trial, served)
     workers = load.workers
     recorder = MetricsRecorder(server.base_url, run_dir / SERVER_METRICS_FILE).start()
+    if recorder.start_warning() is not None:
+        say(f"warning: {recorder.start_warning()}")
     facts = server_facts(_launch_log(server), recorder.first_values)
     (run_dir / SERVER_FACTS_FILE).write_text(json.dumps(to_json(facts), indent=2))
     if describe(facts):
@@ -535,6 +540,7 @@ def _traffic_phase(trial: _Trial, served: _Served,
         status.aborted = locust.aborted
         say(f"aborted: {locust.aborted}")
     recorder.stop()
+    status.warnings.extend(recorder.warnings)
     status.server_failure = server.failure()
     status.load_generator_failure = locust.failure
 
