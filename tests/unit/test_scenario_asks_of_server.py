@@ -129,6 +129,23 @@ def test_numbers_within_bounds_and_other_values_pass() -> None:
     assert out_of_bounds({"max_num_seqs": True}, [SchedulerLike]) is None  # a flag, not 1
 
 
+@dataclass
+class SpeculativeLike:
+    max_model_len: int | None = Field(default=None, ge=1)
+
+
+@dataclass
+class ModelLike:
+    max_model_len: int | None = Field(default=None, ge=-1)
+
+
+def test_a_name_several_configs_declare_is_refused_only_outside_all_of_them() -> None:
+    configs = [SpeculativeLike, ModelLike]
+    assert out_of_bounds({"max_model_len": -1}, configs) is None  # ModelConfig's "auto"
+    problem = out_of_bounds({"max_model_len": -2}, configs)
+    assert problem is not None and problem.endswith("SpeculativeLike.max_model_len must be >= 1")
+
+
 def test_a_bound_refusal_reads_as_a_rejection_of_the_key() -> None:
     error = out_of_bounds({"max_num_seqs": 0}, [SchedulerLike])
     message = rejection_message({"max-num-seqs": 0}, ArgsCheck(False, error, ()))

@@ -42,12 +42,26 @@ _BOUNDS = (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.
            ("lt", operator.lt, "<"))
 
 
+def _violation(config: type, name: str, info: object, value: float) -> str | None:
+    """Why `value` breaks the bounds `config.name` declares, None when it keeps them."""
+    for constraint in getattr(info, "metadata", ()):
+        for attribute, holds, symbol in _BOUNDS:
+            bound = getattr(constraint, attribute, None)
+            if isinstance(bound, int | float) and not holds(value, bound):
+                return (f"argument --{name.replace('_', '-')}: {value!r} is out of range: "
+                        f"vLLM's {config.__name__}.{name} must be {symbol} {bound}")
+    return None
+
+
 def out_of_bounds(values: Mapping[str, object], configs: Iterable[type]) -> str | None:
     """The first parsed argument outside the bounds vLLM's own config classes declare for the
     field of its name (pydantic `Field(ge=1)` ...), said as argparse would name it (`argument
-    --max-num-seqs: ...`); None when all are within. vLLM's parser takes `--max-num-seqs 0`
-    and only the engine's start-up refuses it, with a long traceback; the configs are pydantic
-    dataclasses (`__pydantic_fields__`), so their bounds can be read without building one."""
+    --max-num-seqs: ...`); None when all are within. A name that several configs declare is
+    refused only when it breaks every one's bounds (ModelConfig.max_model_len takes -1, a
+    speculative config's does not). vLLM's parser takes `--max-num-seqs 0` and only the
+    engine's start-up refuses it, with a long traceback; the configs are pydantic dataclasses
+    (`__pydantic_fields__`), so their bounds can be read without building one."""
+    verdicts: dict[str, list[str | None]] = {}
     for config in configs:
         fields = getattr(config, "__pydantic_fields__", None)
         if not isinstance(fields, Mapping):
@@ -56,14 +70,9 @@ def out_of_bounds(values: Mapping[str, object], configs: Iterable[type]) -> str 
             value = values.get(name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
-            for constraint in getattr(info, "metadata", ()):
-                for attribute, holds, symbol in _BOUNDS:
-                    bound = getattr(constraint, attribute, None)
-                    if isinstance(bound, int | float) and not holds(value, bound):
-                        return (f"argument --{name.replace('_', '-')}: {value!r} is out of "
-                                f"range: vLLM's {config.__name__}.{name} must be {symbol} "
-                                f"{bound}")
-    return None
+            verdicts.setdefault(name, []).append(_violation(config, name, info, value))
+    return next((problems[0] for problems in verdicts.values()
+                 if problems and all(problems)), None)
 
 
 def _config_classes() -> list[type]:
