@@ -145,12 +145,16 @@ def _get_json(client: HttpStreamClient, path: str) -> tuple[int, object]:
         return response.status, response.body[:200].decode("utf-8", "replace")
 
 
+def _choice_has_content(choice: object) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    delta = choice.get("delta")
+    return bool((isinstance(delta, dict) and delta.get("content")) or choice.get("text"))
+
+
 def _has_content(payload: dict[str, object]) -> bool:
     choices = payload.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(c, dict) and ((c.get("delta") if isinstance(c.get("delta"), dict) else {})
-                                 .get("content") or c.get("text"))
-        for c in choices)
+    return isinstance(choices, list) and any(map(_choice_has_content, choices))
 
 
 def probe_completion(client: HttpStreamClient, model_id: str) -> str | None:
