@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,22 +41,57 @@ MARK = "VLLM_SLO_TEST_TREE"
 GONE_WITHIN_S = ORPHAN_GRACE_S + 5.0
 
 
-def marked_processes(mark: str) -> dict[int, str]:
-    """Live processes (zombies left out) whose environment carries MARK=mark: pid -> argv."""
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    pgid: int
+    started_ticks: int  # since boot: with the pid, names one process (pids are reused)
+    argv: str
+    marked: bool
+
+
+def live_processes(mark: str) -> dict[int, Proc]:
+    """Every live process (zombies left out), from /proc; `marked`: its environment carries
+    MARK=mark (setproctitle, as vLLM's EngineCore uses it, may overwrite that memory: the
+    process is then found by its group or its parent)."""
     needle = f"{MARK}={mark}".encode()
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if needle in environ and state != "Z":
-            found[int(entry.name)] = argv
+        if fields[0] != "Z":
+            found[int(entry.name)] = Proc(int(entry.name), int(fields[1]), int(fields[2]),
+                                          int(fields[19]), argv, needle in environ)
     return found
+
+
+def run_tree(procs: dict[int, Proc]) -> dict[int, Proc]:
+    """Of `procs`, the run's: those marked, those in their process groups, and the
+    descendants of all these."""
+    groups = {p.pgid for p in procs.values() if p.marked}
+    tree = {pid: p for pid, p in procs.items() if p.marked or p.pgid in groups}
+    grown = True
+    while grown:
+        children = {pid: p for pid, p in procs.items() if p.ppid in tree and pid not in tree}
+        tree.update(children)
+        grown = bool(children)
+    return tree
+
+
+def still_alive(tree: dict[int, Proc], mark: str) -> list[Proc]:
+    """Of `tree`, the processes still alive (the same pid started at the same time), and
+    any new process of the run."""
+    procs = live_processes(mark)
+    return [*(p for pid, p in procs.items()
+              if pid in tree and tree[pid].started_ticks == p.started_ticks),
+            *(p for pid, p in run_tree(procs).items() if pid not in tree)]
 
 
 @contextlib.contextmanager
@@ -70,7 +106,7 @@ def marked_cli(arguments: list[str], runs_dir: Path, mark: str) -> Iterator[subp
     try:
         yield cli
     finally:
-        for pid in marked_processes(mark):
+        for pid in run_tree(live_processes(mark)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         cli.kill()
@@ -98,16 +134,17 @@ def answers(port: int) -> bool:
         return False
 
 
-def kill_cli_and_time_the_tree(cli: subprocess.Popen, mark: str) -> tuple[dict[int, str], float]:
-    """SIGKILL the CLI alone; the run's processes before it, and seconds until all are gone."""
-    tree = marked_processes(mark)
+def kill_cli_and_time_the_tree(cli: subprocess.Popen, mark: str) -> tuple[list[str], float]:
+    """SIGKILL the CLI alone: the command lines of the run's other processes before, and
+    seconds until all are gone."""
+    tree = run_tree(live_processes(mark))
     tree.pop(cli.pid)
     os.kill(cli.pid, signal.SIGKILL)
     killed = time.monotonic()
     cli.wait(10)
-    wait_for(lambda: not marked_processes(mark), GONE_WITHIN_S, "the run's processes to end",
-             poll_s=0.1)
-    return tree, time.monotonic() - killed
+    wait_for(lambda: not still_alive(tree, mark), GONE_WITHIN_S,
+             "the run's processes to end", poll_s=0.1)
+    return [p.argv for p in tree.values()], time.monotonic() - killed
 
 
 def report_renders(run_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -140,10 +177,9 @@ def test_kill_9_of_the_cli_ends_the_launched_server_and_locust(tmp_path: Path) -
         run_dir = only_run_dir(tmp_path)
         port = server_port(run_dir)
         assert answers(port)
-        tree, gone_s = kill_cli_and_time_the_tree(cli, mark)
-    print(f"kill -9 of the CLI: {len(tree)} processes gone {gone_s:.2f}s later: "
-          + "; ".join(argv[:70] for argv in tree.values()))
-    commands = list(tree.values())
+        commands, gone_s = kill_cli_and_time_the_tree(cli, mark)
+    print(f"kill -9 of the CLI: {len(commands)} processes gone {gone_s:.2f}s later: "
+          + "; ".join(argv[:70] for argv in commands))
     # two lifelines, fake vLLM, the stand-in it started, Locust's master and its 2 workers
     assert sum("lifeline.py" in c for c in commands) == 2, commands
     assert sum("fake_vllm.py" in c and "lifeline.py" not in c for c in commands) == 1, commands
@@ -168,10 +204,9 @@ def test_kill_9_of_the_cli_ends_vllm_cpu_and_locust(tmp_path: Path) -> None:
         port = server_port(run_dir)
         assert answers(port)
         time.sleep(2)  # a few seconds of traffic
-        tree, gone_s = kill_cli_and_time_the_tree(cli, mark)
-    print(f"kill -9 of the CLI: {len(tree)} processes gone {gone_s:.2f}s later: "
-          + "; ".join(argv[:70] for argv in tree.values()))
-    commands = list(tree.values())
+        commands, gone_s = kill_cli_and_time_the_tree(cli, mark)
+    print(f"kill -9 of the CLI: {len(commands)} processes gone {gone_s:.2f}s later: "
+          + "; ".join(argv[:70] for argv in commands))
     assert sum("vllm_slo.servers.vllm_cli" in c and "lifeline.py" not in c
                for c in commands) == 1, commands  # vLLM's API server
     assert any("EngineCore" in c for c in commands), commands  # and its engine, a child
