@@ -172,12 +172,16 @@ _FITTERS = tuple((f.name, _fitter(f.type)) for f in _SCALAR_FIELDS)
 
 
 def _fit_tokens(tokens: Any) -> array[int]:
-    """A row's chunk tokens as int16 (counts above 32767 stored as 32767, below 0 as 0)."""
+    """A row's chunk tokens as int16 (a count beyond int16 stored as its nearest bound)."""
+    try:
+        return array("h", tokens)  # the common case: small ints, converted in C
+    except (TypeError, OverflowError):
+        pass
     out = array("h")
     for k in tokens:
         if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
             raise _Unfit(f"a chunk's tokens is {type(k).__name__}, not an integer")
-        out.append(min(max(int(k), 0), 32767))
+        out.append(min(max(int(k), -32768), 32767))
     return out
 
 
