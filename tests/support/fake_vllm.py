@@ -8,7 +8,9 @@ FAKE_VLLM_MODE in the environment picks the behaviour: `exit_after:S` (serve, th
 code 1 after S seconds: the server dying mid-run), `never_ready` (print start-up lines, never
 listen), `port_taken` (fail the way vLLM does when its port is in use). FAKE_VLLM_TTFT and
 FAKE_VLLM_ITL (seconds; default 0.05 and 0.01) set the stand-in's timings, so that variants
-differ by `server.env`. Other vLLM flags are ignored.
+differ by `server.env`. `--max-num-seqs N` becomes the stand-in's `--max-concurrency N` (its
+FIFO's slots: a capacity that moves with the flag, as vLLM's does). Other vLLM flags are
+ignored.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ def main(argv: list[str]) -> int:
         print(f"ERROR [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
               "address already in use", flush=True)
         return 1
+    slots = (["--max-concurrency", argv[argv.index("--max-num-seqs") + 1]]
+             if "--max-num-seqs" in argv else [])
     standin = subprocess.Popen([sys.executable, "-m", "vllm_slo.servers.standin", "--port",
                                 port, "--model", name,
                                 "--ttft", os.environ.get("FAKE_VLLM_TTFT", "0.05"),
-                                "--itl", os.environ.get("FAKE_VLLM_ITL", "0.01")])
+                                "--itl", os.environ.get("FAKE_VLLM_ITL", "0.01"), *slots])
     if mode.startswith("exit_after:"):
         time.sleep(float(mode.split(":", 1)[1]))
         standin.kill()

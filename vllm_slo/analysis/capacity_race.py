@@ -5,7 +5,8 @@ The floor: the highest lower bound among the other candidates searched so far. A
 search probes the floor right after its lowest load and stops as soon as a load at or below the
 floor is over capacity (stats/capacity_search.py `raced-out`): its capacity then lies below
 another's lower bound. Before a later trial, a candidate whose interval's upper end lies below
-the floor is not searched again. Each such decision compares two 95% intervals: wrong with
+the floor (a load over its capacity at or below a load under another's) is not searched
+again. Each such decision compares two 95% intervals: wrong with
 probability at most 10% (the union bound of capacity_comparison.py).
 
 The best is the candidate with the highest capacity among those not raced out; every other is
@@ -53,7 +54,7 @@ def out_of_race(documents: Mapping[str, CapacityDocument], candidate: str) -> st
         return f"{document.status.value}: {document.reason}"
     floor = race_floor(documents, candidate)
     high = document.capacity.high
-    if floor is not None and high is not None and high < floor:
+    if floor is not None and high is not None and high <= floor:
         return (f"its capacity interval ends at {high:.4g} {document.unit}, below another "
                 f"candidate's lower bound {floor:.4g}")
     return None
