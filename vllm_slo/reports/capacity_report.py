@@ -8,11 +8,14 @@ of variants (variants/<name>/capacity.json each) renders each variant and their 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_comparison import CapacityRatio, capacity_gate, capacity_ratio
+from vllm_slo.analysis.capacity_race import RaceCandidate, RaceResult, race_result
+from vllm_slo.analysis.tuning import GIVEN_ORIGIN
 from vllm_slo.reports.render.capacity_text import (
     capacity_line,
     ratio_text,
@@ -20,15 +23,24 @@ from vllm_slo.reports.render.capacity_text import (
     render_capacity_markdown,
     render_capacity_text,
     render_comparison_text,
+    render_race_markdown,
+    render_race_text,
 )
 from vllm_slo.reports.trial_folders import naming
-from vllm_slo.run_folder.run_files import JUNIT_FILE, REPORT_FILE, SUMMARY_MD_FILE
+from vllm_slo.run_folder.file_writes import OutputWriteError, write_atomic
+from vllm_slo.run_folder.run_files import (
+    CANDIDATES_FILE,
+    JUNIT_FILE,
+    REPORT_FILE,
+    SUMMARY_MD_FILE,
+)
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.serialise import to_json
 from vllm_slo.stats.statistics import Verdict
 
 CAPACITY_FILE = "capacity.json"
 VARIANTS_DIR = "variants"
+RACE_FILE = "race.json"  # a capacity race's standings (tune.objective: capacity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +50,7 @@ class RenderedCapacity:
     report_path: Path
     documents: dict[str, CapacityDocument]  # by variant ("" : the scenario has none)
     ratios: dict[str, CapacityRatio]  # each variant's against the first (variants only)
+    race: RaceResult | None = None  # a capacity race's standings (its candidates.json)
 
 
 def write_capacity(folder: Path, document: CapacityDocument) -> Path:
@@ -100,16 +113,42 @@ def render_capacity(folder: Path) -> RenderedCapacity:
     text = "\n\n".join(render_capacity_text(doc) for doc in documents.values())
     if ratios:
         text += "\n\n" + render_comparison_text(next(iter(documents)), ratios, documents)
+    race = read_race(folder, documents)
+    markdown = render_capacity_markdown(documents, ratios)
+    if race is not None:
+        text += "\n\n" + render_race_text(race)
+        markdown += "\n" + render_race_markdown(race)
     report_path = folder / REPORT_FILE
     from vllm_slo.reports.render.capacity_html import render_capacity_html
 
-    report_path.write_text(render_capacity_html(documents, ratios), encoding="utf-8")
-    (folder / JUNIT_FILE).write_text(render_capacity_junit(documents), encoding="utf-8")
-    (folder / SUMMARY_MD_FILE).write_text(render_capacity_markdown(documents, ratios),
-                                          encoding="utf-8")
-    exit_code = max((ExitCode(doc.exit_code) for doc in documents.values()),
-                    key=_severity)
-    return RenderedCapacity(text, int(exit_code), report_path, documents, ratios)
+    exit_code = ExitCode(race.exit_code) if race is not None else max(
+        (ExitCode(doc.exit_code) for doc in documents.values()), key=_severity)
+    try:
+        if race is not None:
+            write_atomic(folder / RACE_FILE, json.dumps(to_json(race), indent=2) + "\n")
+        write_atomic(report_path, render_capacity_html(documents, ratios, race))
+        write_atomic(folder / JUNIT_FILE, render_capacity_junit(documents))
+        write_atomic(folder / SUMMARY_MD_FILE, markdown)
+    except OutputWriteError as error:
+        raise error.with_verdict(text, int(exit_code)) from None
+    return RenderedCapacity(text, int(exit_code), report_path, documents, ratios, race)
+
+
+def read_race(folder: Path, documents: Mapping[str, CapacityDocument]) -> RaceResult | None:
+    """A capacity race's standings (None: the folder is no race: no candidates.json)."""
+    path = folder / CANDIDATES_FILE
+    if not path.is_file():
+        return None
+    with naming(path):
+        saved = json.loads(path.read_text())
+        candidates = {name: RaceCandidate(name=name, origin=str(entry["origin"]),
+                                          changed=dict(entry["changed"]))
+                      for name, entry in saved.items()}
+    unknown = sorted(set(documents) - set(candidates))
+    if unknown:
+        raise ScenarioError(f"{path}: no candidate {', '.join(unknown)} (searched in "
+                            f"{folder / VARIANTS_DIR})")
+    return race_result(documents, candidates, GIVEN_ORIGIN)
 
 
 def _severity(code: ExitCode) -> int:
