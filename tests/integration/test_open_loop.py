@@ -70,8 +70,9 @@ def test_late_requests_include_their_queueing(slow_standin: str, tmp_path: Path)
         assert lag > 0.001
         # TTFT from the intended time = time waiting for a slot + the server's own TTFT (the
         # last requests, still streaming when Locust stopped, read 32-67 ms more while its
-        # stop blocked the loop: vllm_slo/loadtests/locust_quirks.py)
-        assert ttft == pytest.approx(lag + SLOW_TTFT_S, abs=0.015)
+        # stop blocked the loop: vllm_slo/loadtests/locust_quirks.py; a 2-core host busy with
+        # other work added 56 ms of event-loop delay to one): within 0.1 s of seconds of wait
+        assert ttft == pytest.approx(lag + SLOW_TTFT_S, abs=0.1)
     lags = sorted(table["send_lag_s"][i] for i in queued)
     assert lags[-1] > 2.0  # the backlog grows: late requests are seconds late
     summary = result.json("summary.json")
