@@ -160,6 +160,21 @@ def test_https_to_a_plain_http_server_says_so_within_seconds() -> None:
     assert "answered nothing" not in message
 
 
+def test_a_tls_failure_that_is_not_plain_http_is_named_not_misread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A certificate this host does not trust (the server does speak TLS): waited on, the
+    handshake's words in the message; no plain-HTTP probe, no "speaks plain HTTP"."""
+    from vllm_slo.servers import readiness
+
+    error = "SSLCertVerificationError: [SSL: CERTIFICATE_VERIFY_FAILED] self-signed"
+    monkeypatch.setattr(readiness, "_get_json", lambda client, path: (0, error))
+    monkeypatch.setattr(readiness, "plain_http_status", lambda url: pytest.fail("probed"))
+    with pytest.raises(ServerError) as caught:
+        wait_until_ready("https://127.0.0.1:9", 0.3, poll_s=0.05)
+    assert str(caught.value).endswith(f"/health answered nothing (the TLS handshake failed: "
+                                      f"{error})")
+
+
 def test_a_path_that_404s_on_health_is_named_while_waiting() -> None:
     with hostile_server(GOOD) as url, pytest.raises(ServerError) as caught:
         wait_until_ready(f"{url}/api", 0.5, poll_s=0.05)

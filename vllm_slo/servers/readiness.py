@@ -120,10 +120,17 @@ def plain_http_status(base_url: str, timeout_s: float = METADATA_TIMEOUT_S) -> i
     return None if response.transport_error else response.status
 
 
+# OpenSSL's words for a peer that answered a TLS hello with something else (plain HTTP);
+# a certificate that fails verification is not one of them
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure",
+            "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
+
+
 def _tls_refused(base_url: str, transport_error: str) -> None:
     """Raises ScenarioError when an `https://` URL's TLS handshake failed because the server
-    speaks plain HTTP there."""
-    if not base_url.startswith("https://") or "SSL" not in transport_error:
+    speaks plain HTTP there (its words say the peer is not TLS, and plain HTTP answers)."""
+    if not base_url.startswith("https://") or not any(
+            words in transport_error for words in _NOT_TLS):
         return
     status = plain_http_status(base_url)
     if status is not None:
@@ -221,9 +228,10 @@ def wait_until_ready(
                 raise ServerError(died)
             status, answer = _get_json(client, "/health")
             if status != 200:
-                if status == 0:
-                    _tls_refused(base_url, str(answer))
                 last_problem = f"/health answered {status or 'nothing'}"
+                if status == 0 and "SSL" in str(answer):  # e.g. a certificate not trusted here
+                    _tls_refused(base_url, str(answer))
+                    last_problem += f" (the TLS handshake failed: {str(answer)[:200]})"
                 if status == 404 and urlsplit(base_url).path.strip("/"):
                     last_problem += (f" (the suite asks {base_url}/health: is "
                                      f"{urlsplit(base_url).path!r} part of the server's root?)")
