@@ -47,6 +47,7 @@ from vllm_slo.redaction import REDACTED, redact_secrets, redacted_keys
 from vllm_slo.reports.experiment_report import read_stopping, render_experiment
 from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.reports.trial_folders import DAMAGE, collect_trials, damage_reason, naming
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import (
     SCENARIO_FILE,
@@ -112,8 +113,8 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print,
                          platform_of(scenario.server))
     estimate = time_estimate(scenario, *startup_estimate(runs_root, scenario))
     run_dir = new_run_dir(runs_root, scenario.name)
-    (run_dir / SCENARIO_FILE).write_text(
-        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+    write_atomic(run_dir / SCENARIO_FILE,
+                 yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     order = trial_order(list(arms), scenario.max_trials)
     sequence = " ".join(f"{name or 'run'}#{k}" for name, k in order)
     trials = scenario.trials
@@ -282,8 +283,7 @@ class _Rounds:
                             min_trials=trials.min, max_trials=trials.max,
                             budget_s=trials.budget_s, elapsed_s=round(elapsed_s, 3),
                             detail=action.detail.split("\n")[0] if action.stop else "")
-        (self.run_dir / STOPPING_FILE).write_text(
-            json.dumps(to_json(stopping), indent=2) + "\n")
+        write_atomic(self.run_dir / STOPPING_FILE, json.dumps(to_json(stopping), indent=2) + "\n")
         return stopping
 
     def _look(self, rounds: int) -> list[CellDecision]:

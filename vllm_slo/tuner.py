@@ -59,6 +59,7 @@ from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
 from vllm_slo.reports.trial_folders import load_trial, naming
 from vllm_slo.reports.tune_report import write_tune
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import (
     CANDIDATES_FILE,
     SERVER_FACTS_FILE,
@@ -242,8 +243,8 @@ class Tune:
 
     def _save_candidates(self) -> None:
         document = {name: to_json(c) for name, c in self.candidates.items()}
-        (self.run_dir / CANDIDATES_FILE).write_text(
-            json.dumps(redact_secrets(document), indent=2) + "\n")
+        write_atomic(self.run_dir / CANDIDATES_FILE,
+                     json.dumps(redact_secrets(document), indent=2) + "\n")
 
     # trials -----------------------------------------------------------------------------
 
@@ -277,7 +278,7 @@ class Tune:
         except KeyboardInterrupt:  # a signal before the trial's own handling began
             raise _Interrupted from None
         except ServerError as error:  # OOM, KV cache too small, a config vLLM refuses
-            (folder / START_FAILURE_FILE).write_text(json.dumps({"error": str(error)}) + "\n")
+            write_atomic(folder / START_FAILURE_FILE, json.dumps({"error": str(error)}) + "\n")
             self.say(f"{candidate.name}: the server did not start:\n{error}")
             return
         if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
@@ -404,8 +405,8 @@ def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print
     tune.check_grid()  # and the grid's args (cached: the search's own check is then instant)
     check_before_run(scenario, runs_root)  # the traffic's files and the runs folder
     run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
-    (run_dir / TUNE_SCENARIO_FILE).write_text(
-        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+    write_atomic(run_dir / TUNE_SCENARIO_FILE,
+                 yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     tune.run_dir = run_dir
     say(f"tune folder: {run_dir}")
     return tune.run()

@@ -239,6 +239,25 @@ def test_report_never_writes_through_links_planted_in_a_run_folder(
     assert json.loads((run / "summary.json").read_text())["exit_code"] == code
 
 
+def test_the_run_folder_files_a_run_writes_replace_planted_links(tmp_path: Path) -> None:
+    """run_status.json and provenance.json (written again on --resume) go through the same
+    helper: a link planted at their names is replaced, its target untouched."""
+    from vllm_slo.run_folder.provenance import Provenance
+    from vllm_slo.run_folder.run_status import RunStatus
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("run_status.json", "provenance.json"):
+        (run / name).symlink_to(victim)
+    RunStatus(warnings=["w"]).write(run)
+    Provenance.model_validate({"seed": 3}).write(run, lambda document: document)
+    assert victim.read_text() == "precious\n"
+    assert json.loads((run / "run_status.json").read_text())["warnings"] == ["w"]
+    assert json.loads((run / "provenance.json").read_text())["seed"] == 3
+
+
 def test_a_failed_write_keeps_the_old_file_whole_and_names_the_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "summary.json"

@@ -55,10 +55,8 @@ class RenderedCapacity:
 
 def write_capacity(folder: Path, document: CapacityDocument) -> Path:
     path = folder / CAPACITY_FILE
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(to_json(document), indent=2) + "\n")
-    temporary.replace(path)  # a reader never sees half a file
-    return path
+    # whole or not at all, never through a link (a fixed `.json.tmp` name could be one)
+    return write_atomic(path, json.dumps(to_json(document), indent=2) + "\n")
 
 
 def is_capacity_folder(folder: Path) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import LOCUST_CONFIG_FILE
 from vllm_slo.scenarios.model_base import Frozen
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
@@ -21,8 +22,7 @@ class LocustConfig(Frozen):
 
     def write(self, run_dir: Path) -> Path:
         path = Path(run_dir) / LOCUST_CONFIG_FILE
-        path.write_text(self.model_dump_json(by_alias=True))
-        return path
+        return write_atomic(path, self.model_dump_json(by_alias=True))
 
     @classmethod
     def read(cls, run_dir: Path) -> LocustConfig:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import PROVENANCE_FILE
 
 Redact = Callable[[Any], Any]
@@ -70,8 +71,7 @@ class Provenance(BaseModel):
 
     def write(self, run_dir: Path, redact: Redact) -> Path:
         path = Path(run_dir) / PROVENANCE_FILE
-        path.write_text(json.dumps(redact(self.to_json_dict()), indent=2))
-        return path
+        return write_atomic(path, json.dumps(redact(self.to_json_dict()), indent=2))
 
     @classmethod
     def read(cls, run_dir: Path) -> Provenance:

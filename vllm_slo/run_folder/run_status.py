@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import STATUS_FILE
 
 
@@ -27,8 +28,7 @@ class RunStatus(BaseModel):
 
     def write(self, run_dir: Path) -> Path:
         path = Path(run_dir) / STATUS_FILE
-        path.write_text(self.model_dump_json(indent=2))
-        return path
+        return write_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, run_dir: Path) -> RunStatus | None:
