@@ -10,8 +10,8 @@ the median steps and simulated minutes (warm-up + window of every step), and how
 ended. Range [4, 16] req/s, lengthen 1, budget 30 simulated minutes.
 
 Run: ``nice python benchmarks/capacity_calibration.py`` (``--seeds N``, default 1000;
-``--quick`` for 200); ``--crossings`` recomputes ``KNOWN_CROSSINGS`` at 20 M requests
-(about 15 s each).
+``--quick`` for 200; ``--step-confidence C``, default capacity.step_confidence's 0.99);
+``--crossings`` recomputes ``KNOWN_CROSSINGS`` at 20 M requests (about 15 s each).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, v
 
 from tests.support.capacity_simulation import PercentileSlo, SearchOutcome, search
 from tests.support.queue_simulation import KNOWN_CROSSINGS, true_crossing
+from vllm_slo.scenarios.capacity_spec import DEFAULT_STEP_CONFIDENCE
 from vllm_slo.stats.capacity_search import SearchRange, SearchStatus
 from vllm_slo.stats.statistics import clopper_pearson_interval
 
@@ -47,11 +48,12 @@ def truth(slo: PercentileSlo) -> float:
 
 
 def run_config(slo: PercentileSlo, window_s: float, tolerance: float, seeds: int,
-               seed: int = 0) -> list[SearchOutcome]:
+               seed: int = 0, step_confidence: float = DEFAULT_STEP_CONFIDENCE
+               ) -> list[SearchOutcome]:
     key = zlib.crc32(f"{seed}|{slo.text}|{window_s}|{tolerance}".encode())
     range_ = SearchRange(LOW, HIGH, tolerance)
     return [search(np.random.default_rng([key, index]), [slo], range_, WARMUP_S, window_s,
-                   BUDGET_S) for index in range(seeds)]
+                   BUDGET_S, step_confidence=step_confidence) for index in range(seeds)]
 
 
 def share(outcomes: Sequence[SearchOutcome], status: SearchStatus) -> float:
@@ -82,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="200 seeds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-confidence", type=float, default=DEFAULT_STEP_CONFIDENCE,
+                        help="each step's verdicts (capacity.step_confidence)")
     parser.add_argument("--crossings", action="store_true",
                         help="recompute the true crossings at 20 M requests and stop")
     args = parser.parse_args(argv)
@@ -95,14 +99,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = 200 if args.quick else args.seeds
     began = time.perf_counter()
     print(f"range [{LOW:g}, {HIGH:g}] req/s, warm-up {WARMUP_S:g} s, lengthen 1, budget "
-          f"{BUDGET_S / 60:g} min, {seeds} searches a row; stand-in M/D/8, 0.68 s service\n")
+          f"{BUDGET_S / 60:g} min, {seeds} searches a row; stand-in M/D/8, 0.68 s service; "
+          f"step verdicts at {args.step_confidence:g}\n")
     print("| SLO (true crossing, req/s) | window | tolerance | coverage [95% CI] | median "
           "width | median steps | median minutes | bracketed / undecided / budget / other |")
     print("|---|---|---|---|---|---|---|---|")
     for slo in SLOS:
         for window_s in WINDOWS_S:
             for tolerance in TOLERANCES:
-                outcomes = run_config(slo, window_s, tolerance, seeds, args.seed)
+                outcomes = run_config(slo, window_s, tolerance, seeds, args.seed,
+                                      args.step_confidence)
                 print(row(slo, window_s, tolerance, outcomes), flush=True)
     print(f"\n{time.perf_counter() - began:.0f} s")
     return 0

@@ -32,6 +32,7 @@ from vllm_slo.analysis.capacity import (
     overall_status,
     search_range,
     stability,
+    step_verdicts,
     trial_capacity,
 )
 from vllm_slo.experiment_runner import resumable_scenario
@@ -210,7 +211,8 @@ class CapacitySearch:
         record = capacity_step(
             loaded.document, stability(loaded.series, loaded.server_records),
             loaded.server_records, trial=trial, load=step.load, attempt=step.attempt,
-            load_key=self.spec.load, run_dir=str(run_dir.relative_to(self.folder)))
+            load_key=self.spec.load, run_dir=str(run_dir.relative_to(self.folder)),
+            verdicts=step_verdicts(loaded.document, loaded.series, self.spec.step_confidence))
         self.steps.append(record)
         self._write(running=True)
         low, high = bracket([s.reading() for s in self.steps if s.trial == trial])

@@ -34,6 +34,7 @@ from vllm_slo.analysis.capacity import (
     LATENCY_GROWTH_RATIO,
 )
 from vllm_slo.analysis.verdicts import percentile_threshold_test
+from vllm_slo.scenarios.capacity_spec import DEFAULT_STEP_CONFIDENCE
 from vllm_slo.stats.capacity_search import (
     CapacityEstimate,
     NextStep,
@@ -102,8 +103,9 @@ def stable(run: QueueRun) -> bool:
 
 
 def read_step(rng: np.random.Generator, step: NextStep, slos: Sequence[PercentileSlo],
-              warmup_s: float, window_s: float, confidence: float = CAPACITY_CONFIDENCE,
+              warmup_s: float, window_s: float, confidence: float = DEFAULT_STEP_CONFIDENCE,
               server: StandIn = STAND_IN) -> StepReading:
+    """One step's verdicts at `confidence` (capacity.step_confidence)."""
     run = simulate_run(rng, step.load, warmup_s, window_s * step.window_factor, server.slots,
                        server.service_s, server.first_token_s)
     return StepReading(step.load, step.attempt,
@@ -143,9 +145,10 @@ class SearchOutcome:
 
 def search(rng: np.random.Generator, slos: Sequence[PercentileSlo], search_range: SearchRange,
            warmup_s: float, window_s: float, budget_s: float | None = None,
-           confidence: float = CAPACITY_CONFIDENCE, server: StandIn = STAND_IN
-           ) -> SearchOutcome:
-    """One whole search, as `capacity_runner` runs it, on simulated steps."""
+           confidence: float = CAPACITY_CONFIDENCE, server: StandIn = STAND_IN,
+           step_confidence: float = DEFAULT_STEP_CONFIDENCE) -> SearchOutcome:
+    """One whole search, as `capacity_runner` runs it, on simulated steps (verdicts at
+    `step_confidence`, the interval stated at `confidence`)."""
     readings: list[StepReading] = []
     elapsed = 0.0
     status = SearchStatus.RUNNING
@@ -158,14 +161,15 @@ def search(rng: np.random.Generator, slos: Sequence[PercentileSlo], search_range
         if budget_s is not None and elapsed + seconds > budget_s:
             status = SearchStatus.BUDGET_SPENT
             break
-        readings.append(read_step(rng, decision, slos, warmup_s, window_s, confidence, server))
+        readings.append(read_step(rng, decision, slos, warmup_s, window_s, step_confidence,
+                                  server))
         elapsed += seconds
     estimate = estimate_capacity(readings, search_range, confidence)
     return SearchOutcome(status, estimate, tuple(readings), elapsed)
 
 
 def sweep(rng: np.random.Generator, slos: Sequence[PercentileSlo], loads: Sequence[float],
-          warmup_s: float, window_s: float, confidence: float = CAPACITY_CONFIDENCE,
+          warmup_s: float, window_s: float, confidence: float = DEFAULT_STEP_CONFIDENCE,
           server: StandIn = STAND_IN) -> tuple[StepReading, ...]:
     """A fixed grid of steps (each load once), read with the same verdicts."""
     return tuple(read_step(rng, NextStep(float(load), 0), slos, warmup_s, window_s,

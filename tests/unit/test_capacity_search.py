@@ -248,8 +248,10 @@ COVERAGE_SEEDS = 300
 
 def test_bracket_covers_the_known_capacity() -> None:
     """ttft p90 < 500ms on the stand-in, [4, 16] req/s, tolerance 10%, warm-up 10 s, window
-    60 s: the bracket holds the true crossing in >= 90% of 300 searches. (At a 30 s window it
-    holds it in only ~87%: benchmarks/capacity_calibration.py, docs/statistics.md "Capacity".)"""
+    60 s, each step decided at capacity.step_confidence's default 0.99: the bracket holds the
+    true crossing in >= 93% of 300 searches (292 of these seeds; decided at 0.95 the steps
+    gave about 93% and at 30 s windows 87%: benchmarks/capacity_calibration.py,
+    docs/statistics.md "Capacity")."""
     slo = PercentileSlo("ttft", 90.0, 0.5)
     truth = KNOWN_CROSSINGS[("ttft", 90.0, 0.5)]
     range_ = SearchRange(4.0, 16.0, 0.10)
@@ -257,6 +259,6 @@ def test_bracket_covers_the_known_capacity() -> None:
                   for seed in range(COVERAGE_SEEDS))
     interval = stats.binomtest(covered, COVERAGE_SEEDS).proportion_ci(0.95)
     coverage = covered / COVERAGE_SEEDS
-    assert coverage >= 0.90, (
+    assert coverage >= 0.93, (
         f"the bracket covered {truth:.3f} req/s in {covered}/{COVERAGE_SEEDS} = {coverage:.1%} "
-        f"of searches (95% CI [{interval.low:.1%}, {interval.high:.1%}]), below 90%")
+        f"of searches (95% CI [{interval.low:.1%}, {interval.high:.1%}]), below 93%")

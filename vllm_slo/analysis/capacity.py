@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.server_metrics import build_server_series
 from vllm_slo.analysis.summary import RunSummaryDocument
+from vllm_slo.analysis.verdicts import evaluate_slos
 from vllm_slo.scenarios.capacity_spec import RATE_KEY, CapacitySpec
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.serialise import json_field
@@ -33,8 +34,9 @@ from vllm_slo.stats.capacity_search import (
 from vllm_slo.stats.statistics import Verdict
 
 CAPACITY_SCHEMA_VERSION = 1
-# the confidence of each step's verdicts (analysis/verdicts.py's intervals), and so the
-# capacity interval's (stats/capacity_search.py)
+# the capacity interval's confidence as stated (stats/capacity_search.py); each step's SLO
+# verdicts are decided at capacity.step_confidence (0.99 unless set), which the calibration
+# on the simulated stand-in showed the interval needs to cover near 95%
 CAPACITY_CONFIDENCE = 0.95
 # a queue filling up: quarter after quarter higher, ending at least this much above its start
 LATENCY_GROWTH_RATIO = 1.5
@@ -177,15 +179,29 @@ def _mean(values: np.ndarray | None) -> float | None:
     return float(np.nanmean(values))
 
 
+def step_verdicts(document: RunSummaryDocument, series: RunSeries, confidence: float
+                  ) -> dict[str, Verdict]:
+    """Each whole-run SLO's verdict decided again at the step's confidence (rule label ->
+    verdict); a part's rule (a mix's, an adapter's) keeps the run's."""
+    rules = [entry.rule for entry in document.slos if entry.rule.part is None]
+    if not rules:
+        return {}
+    results = evaluate_slos(rules, series, summarize(series), confidence)
+    return {result.rule.label: result.verdict for result in results}
+
+
 def capacity_step(document: RunSummaryDocument, stable: Stability,
                   server_records: Sequence[dict[str, Any]], *, trial: int, load: float,
-                  attempt: int, load_key: str, run_dir: str) -> CapacityStep:
-    """A step's record from its run's summary document and stability check."""
+                  attempt: int, load_key: str, run_dir: str,
+                  verdicts: Mapping[str, Verdict] | None = None) -> CapacityStep:
+    """A step's record from its run's summary document and stability check; `verdicts`
+    (`step_verdicts`) replace the run's where given."""
     slos = []
     for entry in document.slos:
         rule = entry.rule
+        verdict = (verdicts or {}).get(rule.label, entry.verdict)
         slos.append(StepSlo(slo=rule.label,
-                            verdict=entry.verdict, value=entry.observed.value,
+                            verdict=verdict, value=entry.observed.value,
                             ci_low=entry.observed.ci_low, ci_high=entry.observed.ci_high,
                             threshold=float(rule.threshold),
                             upper_bound=rule.comparator in ("<", "<=")))
