@@ -40,7 +40,7 @@ from vllm_slo.reports.trial_folders import (
 from vllm_slo.run_folder.file_writes import unique_folder
 from vllm_slo.run_folder.run_files import TRIALS_DIR
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
-from vllm_slo.scenarios.metrics import parse_cell
+from vllm_slo.scenarios.metrics import parse_cell, split_cell
 from vllm_slo.stats.statistics import Verdict
 from vllm_slo.stats.trial_planning import trials_for_gate
 from vllm_slo.stats.trial_statistics import TrialTest
@@ -77,6 +77,17 @@ def check_cells(cells: Sequence[str] | None) -> list[str] | None:
         except ValueError as error:
             raise ScenarioError(f"--cells {cell!r}: {error}") from None
     return list(cells)
+
+
+def check_cell_parts(cells: Sequence[str] | None, groups: Sequence[Group]) -> None:
+    """A `--cells` cell of one part of a mix (`chat:itl.p99`) names a part some compared run
+    has; a usage error (exit 2) naming the parts they have otherwise."""
+    known = sorted({part for group in groups for trial in group.trials for part in trial.parts})
+    for cell in cells or ():
+        part, _ = split_cell(cell)
+        if part is not None and part not in known:
+            raise ScenarioError(f"--cells {cell!r}: no compared run has a part {part!r} "
+                                f"(parts: {', '.join(known) or 'none, not a mix'})")
 
 
 def _run_folder(run_dir: Path) -> Path:
@@ -164,6 +175,7 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
         text, code = compare_capacity_folders(list(run_dirs), force=force)
         return CommandResult(text, code)
     groups = [group for run_dir in run_dirs for group in groups_of(run_dir)]
+    check_cell_parts(cells, groups)
     repeated = _same_trials(groups)
     if repeated:
         raise ScenarioError("refusing to compare a run with itself (every change would be 0 "
@@ -291,6 +303,7 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
     cells = check_cells(cells)
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
+    check_cell_parts(cells, [candidate, baseline])
     repeated = _same_trials([candidate, baseline])
     if repeated:
         raise ScenarioError("refusing to gate a run against itself: " + "; ".join(repeated[:3]))

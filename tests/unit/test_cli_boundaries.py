@@ -396,7 +396,8 @@ def test_two_compares_in_one_second_write_two_folders(
 
 # item 19: a typo in --cells -----------------------------------------------------------------
 
-@pytest.mark.parametrize("cell", ["bogus.p50", "ttft.p0", "ttft.p100", "ttft", "ttft.rate"])
+@pytest.mark.parametrize("cell", ["bogus.p50", "ttft.p0", "ttft.p100", "ttft", "ttft.rate",
+                                  "nopart:ttft.p50"])
 @pytest.mark.parametrize("command", ["compare", "gate"])
 def test_a_typo_in_cells_is_a_usage_error(runs: tuple[Path, Path], tmp_path: Path,
                                           command: str, cell: str) -> None:
