@@ -30,6 +30,7 @@ from vllm_slo.reports.capacity_report import (
     read_capacity,
     render_capacity,
 )
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
 from vllm_slo.runner import check_before_run, new_run_dir
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
@@ -133,7 +134,7 @@ def run_capacity_race(scenario: Scenario, runs_root: Path, say: Printer = print
     race.tune.check_grid()  # and every candidate's args (cached for the race's own check)
     check_before_run(scenario, runs_root)
     race.run_dir = race.tune.run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
-    (race.run_dir / TUNE_SCENARIO_FILE).write_text(
+    write_atomic(race.run_dir / TUNE_SCENARIO_FILE,
         yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     say(f"tune folder: {race.run_dir}")
     return race.run()

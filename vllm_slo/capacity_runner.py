@@ -47,6 +47,7 @@ from vllm_slo.reports.capacity_report import (
     write_capacity,
 )
 from vllm_slo.reports.run_report import load_run
+from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
 from vllm_slo.runner import (
     SharedServer,
@@ -142,7 +143,7 @@ class CapacitySearch:
 
     def run(self, last_trial: int | None = None) -> CapacityDocument:
         """The trials not yet done, up to `last_trial` (default: capacity.trials)."""
-        (self.folder / SCENARIO_FILE).write_text(
+        write_atomic(self.folder / SCENARIO_FILE,
             yaml.safe_dump(redact_secrets(self.scenario.to_yaml_dict()), sort_keys=False))
         for trial in range(1, (last_trial or self.spec.trials) + 1):
             if any(t.trial == trial for t in self.trials):
@@ -261,7 +262,7 @@ def _search_all(scenario: Scenario, arms: dict[str, Scenario], folder: Path, say
     if list(arms) == [""]:
         CapacitySearch(scenario, arms[""], folder, say, None, previous.get("")).run()
     else:
-        (folder / SCENARIO_FILE).write_text(
+        write_atomic(folder / SCENARIO_FILE,
             yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
         for name, arm in arms.items():
             say(f"variant {name}")
