@@ -65,25 +65,17 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     is (a file, or a link: the link goes, its target is untouched); returns `path`.
     OutputWriteError naming `path` on any failure, the temporary file removed."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        if path.is_dir() and not path.is_symlink():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        descriptor, temporary = _temporary_beside(path)
-    except OSError as error:
-        raise OutputWriteError.of(path, error) from None
-    try:
-        with os.fdopen(descriptor, "wb") as sink:
+    if path.is_dir() and not path.is_symlink():
+        raise OutputWriteError.of(
+            path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)))
+
+    def fill(temporary: Path) -> None:
+        with temporary.open("wb") as sink:
             sink.write(payload)
             sink.flush()
             os.fsync(sink.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise OutputWriteError.of(path, error) from None
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
+
+    return write_atomic_with(path, fill)
 
 
 def write_atomic_with(path: Path, write: Callable[[Path], object]) -> Path:
