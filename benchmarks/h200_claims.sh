@@ -31,13 +31,15 @@ CLAIMS=${CLAIMS_DIR:-/tmp/claims}
 DRIVER_LOG=$CLAIMS/driver.log
 mkdir -p "$CLAIMS"
 
-start() { # SCENARIO...: `run scenario=NAME` (`tune` for h200-tune, `capacity` for a name with
-  # -capacity in it), one after another
+start() { # SCENARIO...: `run scenario=NAME` (`tune` for h200-tune and *-capacity-tune, a
+  # capacity race; `capacity` for another name with -capacity in it), one after another
   local commands=() name command
   for name in "$@"; do
-    command=run
-    [ "$name" = h200-tune ] && command=tune
-    case $name in *-capacity*) command=capacity ;; esac
+    case $name in
+      h200-tune|*-capacity-tune) command=tune ;;  # a tune; the second a capacity race
+      *-capacity*) command=capacity ;;
+      *) command=run ;;
+    esac
     commands+=("$name|$command scenario=$name ${CLAIM_ARGS:-}")
   done
   launch "${commands[@]}"
