@@ -72,3 +72,21 @@ def test_a_kv_cache_too_small_for_max_model_len_is_diagnosed(tmp_path: Path) -> 
     assert "To serve at least one request with the model's max seq len (2048)" in result.output
     assert ("Diagnosis: the KV cache is too small for one request of max-model-len tokens. "
             "Remedy: lower server.args.max-model-len") in result.output
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("server.args.max-num-seqs=0",
+     "server.args.max-num-seqs = 0: vLLM rejects it: argument --max-num-seqs: 0 is out of "
+     "range: vLLM's SchedulerConfig.max_num_seqs must be >= 1"),
+    ("server.args.gpu-memory-utilization=1.5",
+     "server.args.gpu-memory-utilization = 1.5: vLLM rejects it: argument "
+     "--gpu-memory-utilization: 1.5 is out of range: vLLM's "
+     "CacheConfig.gpu_memory_utilization must be <= 1"),
+])
+def test_a_number_outside_vllms_declared_bounds_is_refused_up_front(
+        tmp_path: Path, override: str, message: str) -> None:
+    result = run_cli(["run", "scenario=chat", override], tmp_path / "runs",
+                     env={**cli_env(), "VLLM_SLO_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and result.run_dir is None
