@@ -14,14 +14,15 @@ from typing import Any
 
 from vllm_slo.analysis.comparison import (
     TEST_TEXT,
+    CellComparison,
     Group,
     center_estimate,
     format_estimate,
+    format_judged,
     format_level,
     gate,
-    holm_family_text,
     instance_scope,
-    plan_trials,
+    judgement_text,
     trial_values_text,
     within_instance_warning,
 )
@@ -41,8 +42,14 @@ from vllm_slo.run_folder.file_writes import unique_folder
 from vllm_slo.run_folder.run_files import TRIALS_DIR
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.metrics import parse_cell, split_cell
+from vllm_slo.stats.plan_uncertainty import (
+    CvEstimate,
+    instance_units,
+    plan_with_uncertainty,
+    pooled_log_cv,
+    within_instance_units,
+)
 from vllm_slo.stats.statistics import Verdict
-from vllm_slo.stats.trial_planning import trials_for_gate
 from vllm_slo.stats.trial_statistics import TrialTest
 
 GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")
@@ -158,13 +165,16 @@ def _same_trials(groups: Sequence[Group]) -> list[str]:
 
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
                        out_dir: Path | None = None, runs_root: Path = Path("runs"),
-                       force: bool = False, test: TrialTest | None = None) -> CommandResult:
+                       force: bool = False, test: TrialTest | None = None,
+                       within_instance: bool = False) -> CommandResult:
     """Compare saved runs (the first is the baseline) with `test` (default: the baseline
     scenario's `compare.test`): summary.json and report.html through
     the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
     folder under `runs_root`, never inside a compared run's folder). Runs of different
     workloads or seed sets are refused unless `force` (the check `gate` makes, one function);
-    model, vLLM version and host differences are named (they may be what is compared)."""
+    model, vLLM version and host differences are named (they may be what is compared).
+    A pair with < 2 server instances on a side reports its estimate and decides nothing
+    unless `within_instance` (--within-instance) asks for a within-instance test by name."""
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     _check_range("--alpha", alpha, 0.0, 1.0)
@@ -207,7 +217,7 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
                             f"{out_dir or runs_root / run_id} (--runs-dir): "
                             f"{error.strerror or error}") from None
     summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id,
-                                       test)
+                                       test, within_instance)
     notes = [f"{'--force: ' if w in refused else ''}{w}" for w in (*refused, *noted)]
     if notes:
         summary = dataclasses.replace(summary, warnings=(*notes, *summary.warnings))
@@ -291,8 +301,13 @@ def _single_group(run_dir: Path, role: str) -> Group:
 
 
 def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
-                    cells: Sequence[str] | None, force: bool, alpha: float = 0.05
+                    cells: Sequence[str] | None, force: bool, alpha: float = 0.05,
+                    test: TrialTest | None = None, within_instance: bool = False
                     ) -> CommandResult:
+    """The release gate, decided from the judgement `compare` makes of the same folders
+    (comparison.compare_pair: the test — `test`, default the baseline's compare.test —, Holm
+    over the cells, instance means; < 2 instances on a side: INCONCLUSIVE, never FAIL, unless
+    `within_instance`)."""
     _check_range("--margin", margin, 0.0, 1.0, low_included=True)
     _check_range("--alpha", alpha, 0.0, 1.0)
     from vllm_slo.reports.capacity_report import gate_capacity_folders, is_capacity_folder
@@ -313,11 +328,15 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
         raise ScenarioError("refusing to gate runs that are not comparable (use --force to "
                             "gate anyway):\n  " + "\n  ".join(refused))
     cells = list(cells or baseline.trials[0].scenario.compare.cells)
-    results = gate(candidate, baseline, cells, margin, alpha)
+    test = test or baseline.trials[0].scenario.compare.test
+    basis, results = gate(candidate, baseline, cells, margin, alpha, test, within_instance)
     level = format_level(1.0 - alpha)
+    judged = [CellComparison(r.cell, baseline.label, candidate.label, r.comparison,
+                             r.decides) for r in results if r.comparison is not None]
     lines = [f"gate: {candidate.label} vs baseline {baseline.label}, margin {margin:.1%} "
              f"(PASS when the {level} CI of the ratio stays on the good side of 1 ± margin; "
-             f"FAIL when it lies wholly beyond, {holm_family_text(cells)})",
+             f"FAIL when its Holm-consistent CI, the one compare shows, lies wholly beyond)",
+             f"judgement (as compare): {judgement_text(basis, judged, cells)}",
              f"instances: {instance_scope(baseline, candidate).text()}"]
     for item in results:
         ratio = item.result.ratio
@@ -331,6 +350,9 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
                          f"{item.family_size} cells")
         elif item.holm_factor > 1:
             notes.append(f"beyond the margin after Holm over {item.family_size} cells")
+        if item.comparison is not None:
+            notes.append("compare: " + format_judged(CellComparison(
+                item.cell, baseline.label, candidate.label, item.comparison, item.decides)))
         lines.append(f"{item.result.verdict.value:<12} {item.cell:<24} ratio {shown}"
                      f"{'  (' + '; '.join(notes) + ')' if notes else ''}")
     lines += [f"warning (--force): {m}" for m in refused]
@@ -379,11 +401,47 @@ def report_saved_run(run_dir: Path) -> CommandResult:
 
 def plan_saved_run(run_dir: Path, effect: float, alpha: float,
                    margin: float = 0.05) -> CommandResult:
-    return CommandResult(plan_from_saved_run(run_dir, effect, alpha, margin), ExitCode.PASS)
+    """`vllm-slo plan`: exit 0 with a plan, 3 (INCONCLUSIVE) when the folder cannot estimate
+    the restart-to-restart variation (no variant with >= 2 server instances)."""
+    return _plan(run_dir, effect, alpha, margin)
 
 
 def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
                         margin: float = 0.05) -> str:
+    return _plan(run_dir, effect, alpha, margin).text
+
+
+def _plan_samples(group: Group, cell: str) -> tuple[list[float], list[str]]:
+    """A group's valid trials' values of a cell with each trial's server instance (trials
+    without a finite value left out)."""
+    from vllm_slo.analysis.trials import trial_cell_value
+
+    valid = [t for t in group.trials if t.valid]
+    pairs = [(trial_cell_value(trial, cell), key)
+             for trial, key in zip(valid, group.instance_keys(), strict=True)]
+    kept = [(float(v), key) for v, key in pairs if v is not None and math.isfinite(v)]
+    return [v for v, _ in kept], [key for _, key in kept]
+
+
+def _cv_text(estimate: CvEstimate) -> str:
+    """`CV 24.0% [10.7%, > 1000%] (95% chi-square interval; 2 instance means, df 1)`."""
+    def pct(value: float | None) -> str:
+        if value is None:
+            return "n/a"
+        return f"{value:.1%}" if value < 1 else f"{value:.0%}" if value < 10 else "> 1000%"
+
+    if estimate.cv is None:
+        return f"CV n/a ({estimate.n_units} {estimate.units}, df 0)"
+    return (f"CV {pct(estimate.cv)} [{pct(estimate.ci_low)}, {pct(estimate.ci_high)}] "
+            f"({format_level(estimate.confidence)} chi-square interval; {estimate.n_units} "
+            f"{estimate.units}, df {estimate.df})")
+
+
+def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> CommandResult:
+    """The CV of each compared cell across server instances (pooled log variance over the
+    variants, `stats.plan_uncertainty`) with its chi-square interval, and the trials per
+    variant at the estimate and at the upper bound, each cell at Holm's first-step level
+    over the family `compare` tests (the scenario's compare.cells)."""
     _check_range("--effect", effect, -1.0, 100.0)
     if effect == 0:
         raise ScenarioError("--effect 0% asks for a change of nothing: give the smallest change "
@@ -393,29 +451,59 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
     groups = groups_of(run_dir)
     cells = list(groups[0].trials[0].scenario.compare.cells)
     test = groups[0].trials[0].scenario.compare.test
-    plans = plan_trials(groups, cells, effect, alpha, test)
+    family = len(cells)
+    plans = []
+    lower_bounds = []
+    for cell in cells:
+        samples = [_plan_samples(group, cell) for group in groups]
+        units, unit_name = instance_units(samples)
+        estimate = pooled_log_cv(units, unit_name)
+        if estimate.cv is not None:
+            plans.append((cell, plan_with_uncertainty(estimate, effect, alpha, family, test,
+                                                      margin)))
+        else:
+            within = pooled_log_cv(within_instance_units(samples), "trials on one instance")
+            if within.cv is not None:
+                lower_bounds.append(f"  {cell:<24} {_cv_text(within)}")
     if not plans:
+        code = ExitCode.INCONCLUSIVE
         counts = ", ".join(f"{g.label}: {g.valid_trials} valid trial(s) on {g.instances} "
                            f"instance(s)" for g in groups)
-        return (f"{run_dir} cannot estimate the restart-to-restart variation: it needs >= 2 "
-                f"valid trials on distinct server instances in a variant ({counts}); run a "
-                f"pilot with trials >= 2 (e.g. trials=5), each on a fresh server")
+        lines = [f"{run_dir} cannot estimate the restart-to-restart variation: it needs >= 2 "
+                 f"valid trials on distinct server instances in a variant ({counts}); run a "
+                 f"pilot with trials >= 2 (e.g. trials=5), each on a fresh server"]
+        if lower_bounds:
+            lines += ["trial-to-trial variation within one server instance (a lower bound on "
+                      "the restart-to-restart variation, not a basis for a plan):",
+                      *lower_bounds]
+        lines.append(f"exit code {int(code)} ({code.name})")
+        return CommandResult("\n".join(lines), code)
+    level = alpha / family
     lines = [f"trials per variant to detect a {effect:.0%} change at alpha {alpha:g} with 80% "
-             f"power ({TEST_TEXT[test]}, the scenario's compare.test), from the variation "
-             f"across "
-             f"distinct server instances:"]
-    for item in plans:
-        plan = item.plan
-        gate_trials = trials_for_gate(plan.cv, margin)
-        lines.append(f"  {item.cell:<24} trial CV {plan.cv:6.1%} -> "
-                     f"{format_trials_needed(plan.trials_per_variant)}; a gate at margin "
-                     f"{margin:.0%} passes an unchanged candidate 80% of the time with "
-                     f"{format_trials_needed(gate_trials)} trials per side")
-        lines += [f"    note: {w}" for w in plan.warnings]
+             f"power ({TEST_TEXT[test]}, the scenario's compare.test)",
+             f"  Holm family: each cell at alpha {alpha:g}/{family} = {level:.3g}, the level "
+             f"a changed cell must reach when the other cells are unchanged (compare tests "
+             f"the scenario's {family} compare.cells per pair; fewer with compare --cells)",
+             f"  CV: across distinct server instances (their trials' geometric mean where an "
+             f"instance ran several), pooled on the log scale over {len(groups)} variant(s), "
+             f"with its chi-square interval; plan for the upper bound to be safe"]
+    for cell, plan in plans:
+        assert plan.at_estimate is not None and plan.at_upper is not None
+        lines.append(f"  {cell:<24} {_cv_text(plan.cv)} -> "
+                     f"{format_trials_needed(plan.at_estimate.trials_per_variant)} trials per "
+                     f"variant at the estimate, "
+                     f"{format_trials_needed(plan.at_upper.trials_per_variant)} at the upper "
+                     f"bound")
+        lines.append(f"    a gate at margin {margin:.0%} passes an unchanged candidate 80% of "
+                     f"the time with {format_trials_needed(plan.gate_at_estimate)} trials per "
+                     f"side ({format_trials_needed(plan.gate_at_upper)} at the upper bound)")
+        notes = dict.fromkeys((*plan.cv.warnings, *plan.at_estimate.warnings,
+                               *plan.at_upper.warnings))
+        lines += [f"    note: {w}" for w in notes]
         for group in groups:  # what the variation was measured from
-            center = center_estimate(group, item.cell)
-            shown = format_estimate(item.cell, center.value, center.ci_low, center.ci_high)
-            values = [float(v) for v in group.values(item.cell)]
-            lines.append(f"    {group.label}: {shown} {trial_values_text(item.cell, values)}"
+            center = center_estimate(group, cell)
+            shown = format_estimate(cell, center.value, center.ci_low, center.ci_high)
+            values = [float(v) for v in group.values(cell)]
+            lines.append(f"    {group.label}: {shown} {trial_values_text(cell, values)}"
                          f" ({group.instances} instance(s))")
-    return "\n".join(lines)
+    return CommandResult("\n".join(lines), ExitCode.PASS)

@@ -78,7 +78,8 @@ def test_compare_saved_runs_and_plan(tmp_path: Path) -> None:
     lines = [line for line in result.text.splitlines() if line.startswith("ttft.p50")]
     assert lines and "+" in lines[0] and "p=" in lines[0] and "n=6+6" in lines[0]
     plan = plan_from_saved_run(a, 0.10, 0.05, margin=0.05)
-    assert "ttft.p50" in plan and "trial CV" in plan
+    assert "ttft.p50" in plan and "95% chi-square interval; 6 per-trial values, df 5)" in plan
+    assert "trials per variant at the estimate," in plan and "at the upper bound" in plan
     assert "a gate at margin 5% passes an unchanged candidate 80% of the time with" in plan
     # the variation planned from, as the trials measured it
     values = " ".join(format_duration_s(v) for v in groups_of(a)[0].values("ttft.p50"))

@@ -32,7 +32,7 @@ import yaml
 
 from vllm_slo import cli
 from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
-from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run, report_saved_run
+from vllm_slo.saved_runs import compare_saved_runs, plan_saved_run, report_saved_run
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
@@ -515,10 +515,14 @@ def test_saved_run_commands_work_on_the_experiment(experiment, chat_run, tmp_pat
     out, _ = experiment
     report = report_saved_run(out)
     assert report.report_path == out / "report.html"
-    plan = plan_from_saved_run(out, 0.1, 0.05)
-    # variant a's 2 files share their label, so one server instance: no restart variation
+    planned = plan_saved_run(out, 0.1, 0.05)
+    plan = planned.text
+    # variant a's 2 files share their label, so one server instance: no restart variation,
+    # no plan: exit 3 (INCONCLUSIVE), and the within-instance CV only as a lower bound
+    assert planned.exit_code == ExitCode.INCONCLUSIVE
     assert "cannot estimate the restart-to-restart variation" in plan
     assert "a: 2 valid trial(s) on 1 instance(s)" in plan
+    assert "trials on one instance, df 1)" in plan and "exit code 3 (INCONCLUSIVE)" in plan
     single, _, _ = chat_run
     with pytest.raises(ScenarioError, match="hold the vllm bench record"):  # CHAT1 both sides
         compare_saved_runs([single, out], None, 0.05, tmp_path / "compare")

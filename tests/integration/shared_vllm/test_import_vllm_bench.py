@@ -202,8 +202,9 @@ def test_gate_refuses_a_different_workload_and_gates_with_force(live_import, com
 def test_plan_from_the_imported_pilot(live_import, workspace: Path) -> None:
     result = run_cli(["plan", "runs/live", "--effect", "20%"], workspace / "runs",
                      cwd=workspace)
-    assert result.returncode == 0, result.output
-    # both files ran against the one shared server: no restart variation to plan from
+    # both files ran against the one shared server: no restart variation to plan from, so
+    # no plan: exit 3 (INCONCLUSIVE), not 0
+    assert result.returncode == 3, result.output
     assert "cannot estimate the restart-to-restart variation" in result.output, result.output
     assert "live: 2 valid trial(s) on 1 instance(s)" in result.output
 
