@@ -13,9 +13,11 @@ with variants searches each variant in turn, and the folder compares their capac
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +49,7 @@ from vllm_slo.reports.capacity_report import (
     render_capacity,
     write_capacity,
 )
+from vllm_slo.reports.render.markdown import STEP_SUMMARY_ENV
 from vllm_slo.reports.run_report import load_run
 from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
@@ -115,6 +118,17 @@ def _step_line(step: CapacityStep, spec: CapacitySpec, low: float | None,
                f"{'?' if high is None else f'{high:.4g}'}] {spec.unit}")
     return (f"step {step.load:.4g} {spec.unit}{achieved}: {step.outcome.upper()} · {slos}"
             f"{unstable}{good}{bracket}")
+
+
+@contextlib.contextmanager
+def _without_step_summary() -> Iterator[None]:
+    """$GITHUB_STEP_SUMMARY unset while a step renders (restored after)."""
+    target = os.environ.pop(STEP_SUMMARY_ENV, None)
+    try:
+        yield
+    finally:
+        if target is not None:
+            os.environ[STEP_SUMMARY_ENV] = target
 
 
 class CapacitySearch:
@@ -206,8 +220,9 @@ class CapacitySearch:
         self.say(f"step {index}: {step.load:.4g} {self.spec.unit}"
                  + (f" (again, window x{step.window_factor:g})" if step.attempt else ""))
         began = time.monotonic()
-        run_on_server(step_scenario(self.arm, self.spec, step), run_dir, server,
-                      lambda text: None)
+        with _without_step_summary():  # the search appends its own summary at the end
+            run_on_server(step_scenario(self.arm, self.spec, step), run_dir, server,
+                          lambda text: None)
         self.step_seconds.append(time.monotonic() - began)
         loaded = load_run(run_dir)
         record = capacity_step(

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.integration.conftest import REPO, requires_vllm, run_cli, standin_server
+from tests.integration.conftest import REPO, cli_env, requires_vllm, run_cli, standin_server
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +32,7 @@ def _checked(folder: Path) -> dict:
 def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None:
     # far-apart ends and a 100% tolerance: every step is decided far from the crossing
     # (2 under; 30 over, its queue growing; 7.7 under; 15.2 over), so the bracket must hold it
+    step_summary = tmp_path / "step-summary.md"  # GitHub Actions' $GITHUB_STEP_SUMMARY
     with standin_server("--max-concurrency", "8", "--ttft", "0.05", "--itl", "0.01") as url:
         result = run_cli([
             "capacity", "scenario=capacity-cpu", f"server.url={url}",
@@ -39,8 +40,12 @@ def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None
             "traffic.chat.output_tokens=64", "traffic.chat.system_prompt_tokens=20",
             "traffic.chat.user_tokens=10", "slo.e2e=[]", "slo.ttft=[\"p90 < 500ms\"]",
             "capacity.low=2", "capacity.high=30", "capacity.tolerance=100%",
-            "capacity.budget=10m"], tmp_path / "runs", timeout_s=900)
+            "capacity.budget=10m"], tmp_path / "runs", timeout_s=900,
+            env={**cli_env(), "GITHUB_STEP_SUMMARY": str(step_summary)})
     assert result.returncode == 0, result.output
+    # the search's summary once, not one per step
+    assert step_summary.read_text().count("## Capacity") == 1, step_summary.read_text()
+    assert step_summary.read_text().startswith("## Capacity")
     assert result.run_dir is not None
     data = _checked(result.run_dir)
     low, high = data["capacity"]["interval"]

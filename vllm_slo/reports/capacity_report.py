@@ -26,6 +26,7 @@ from vllm_slo.reports.render.capacity_text import (
     render_race_markdown,
     render_race_text,
 )
+from vllm_slo.reports.render.markdown import step_summary_warning
 from vllm_slo.reports.trial_folders import naming
 from vllm_slo.run_folder.file_writes import OutputWriteError, write_atomic
 from vllm_slo.run_folder.run_files import (
@@ -129,6 +130,9 @@ def render_capacity(folder: Path) -> RenderedCapacity:
         write_atomic(folder / SUMMARY_MD_FILE, markdown)
     except OutputWriteError as error:
         raise error.with_verdict(text, int(exit_code)) from None
+    warning = step_summary_warning(markdown)  # the search's summary, not each step's
+    if warning is not None:
+        text += f"\nwarning: {warning}"
     return RenderedCapacity(text, int(exit_code), report_path, documents, ratios, race)
 
 
