@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from vllm_slo.analysis.capacity import CapacityDocument
-from vllm_slo.analysis.capacity_race import out_of_race, race_floor
+from vllm_slo.analysis.capacity_race import finished_trials, out_of_race, race_floor
 from vllm_slo.analysis.tuning import GIVEN_ORIGIN
 from vllm_slo.capacity_runner import CapacityOutcome, CapacitySearch, Printer
 from vllm_slo.redaction import redact_secrets
@@ -106,11 +106,11 @@ class CapacityRace:
                 documents: dict[str, CapacityDocument]) -> None:
         name = candidate.name
         done = documents.get(name)
-        if done is not None and len(done.trials) >= round_:
+        if finished_trials(done) >= round_:
             return  # searched before a resume
         reason = out_of_race(documents, name)
         if reason is not None:
-            if done is not None and len(done.trials) == round_ - 1:
+            if finished_trials(done) == round_ - 1:
                 self.say(f"{name}: no round {round_}: {reason}")
             return
         floor = race_floor(documents, name)

@@ -20,6 +20,7 @@ from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_comparison import CapacityChange
 from vllm_slo.analysis.capacity_race import (
     RaceCandidate,
+    finished_trials,
     out_of_race,
     race_floor,
     race_result,
@@ -109,6 +110,14 @@ def test_a_candidate_below_another_lower_bound_gets_no_further_round() -> None:
     raced = {"c01": _doc(1.0, SearchStatus.RACED_OUT)}
     assert (out_of_race(raced, "c01") or "").startswith("raced-out")
     assert out_of_race(documents, "c09") is None  # not searched yet
+
+
+def test_a_search_cut_short_counts_as_unfinished_so_a_resume_goes_on() -> None:
+    document = _doc(1.0, trials=2)
+    assert finished_trials(document) == 2 and finished_trials(None) == 0
+    running = dataclasses.replace(document.trials[1], status=SearchStatus.RUNNING)
+    cut = dataclasses.replace(document, trials=(document.trials[0], running))
+    assert finished_trials(cut) == 1  # round 2 is searched again on resume
 
 
 def test_standings_rank_by_capacity_and_compare_with_the_best() -> None:

@@ -45,6 +45,13 @@ def race_floor(documents: Mapping[str, CapacityDocument], candidate: str) -> flo
     return max(lows) if lows else None
 
 
+def finished_trials(document: CapacityDocument | None) -> int:
+    """The trials of a candidate's search that ended (one cut short is running: it goes on)."""
+    if document is None:
+        return 0
+    return sum(1 for trial in document.trials if trial.status is not SearchStatus.RUNNING)
+
+
 def out_of_race(documents: Mapping[str, CapacityDocument], candidate: str) -> str | None:
     """Why the candidate gets no further trial (None: it runs on)."""
     document = documents.get(candidate)
