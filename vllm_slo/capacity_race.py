@@ -123,10 +123,6 @@ class CapacityRace:
         documents[name] = search.run(last_trial=round_)
 
 
-def is_capacity_race(scenario: Scenario) -> bool:
-    return scenario.tune is not None and scenario.tune.objective == "capacity"
-
-
 def run_capacity_race(scenario: Scenario, runs_root: Path, say: Printer = print
                       ) -> CapacityOutcome:
     """A new tune folder racing the scenario's candidates by capacity."""
@@ -135,7 +131,7 @@ def run_capacity_race(scenario: Scenario, runs_root: Path, say: Printer = print
     check_before_run(scenario, runs_root)
     race.run_dir = race.tune.run_dir = new_run_dir(runs_root, f"{scenario.name}-tune")
     write_atomic(race.run_dir / TUNE_SCENARIO_FILE,
-        yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+                 yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     say(f"tune folder: {race.run_dir}")
     return race.run()
 

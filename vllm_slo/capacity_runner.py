@@ -158,8 +158,8 @@ class CapacitySearch:
 
     def run(self, last_trial: int | None = None) -> CapacityDocument:
         """The trials not yet done, up to `last_trial` (default: capacity.trials)."""
-        write_atomic(self.folder / SCENARIO_FILE,
-            yaml.safe_dump(redact_secrets(self.scenario.to_yaml_dict()), sort_keys=False))
+        write_atomic(self.folder / SCENARIO_FILE, yaml.safe_dump(
+            redact_secrets(self.scenario.to_yaml_dict()), sort_keys=False))
         for trial in range(1, (last_trial or self.spec.trials) + 1):
             if any(t.trial == trial for t in self.trials):
                 continue  # finished before a resume
@@ -278,8 +278,8 @@ def _search_all(scenario: Scenario, arms: dict[str, Scenario], folder: Path, say
     if list(arms) == [""]:
         CapacitySearch(scenario, arms[""], folder, say, None, previous.get("")).run()
     else:
-        write_atomic(folder / SCENARIO_FILE,
-            yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
+        write_atomic(folder / SCENARIO_FILE, yaml.safe_dump(
+            redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
         for name, arm in arms.items():
             say(f"variant {name}")
             variant_dir = folder / VARIANTS_DIR / name
