@@ -218,6 +218,10 @@ def _parser() -> argparse.ArgumentParser:
                          "compare.test, welch-log unless it says otherwise)")
     compare.add_argument("--force", action="store_true",
                          help="compare even when the workloads or seed sets differ")
+    compare.add_argument("--within-instance", action="store_true",
+                         help="decide a pair with < 2 server instances on a side on its "
+                         "per-trial values (tests these servers, not the configs; said in "
+                         "every output); default: undecided: within-instance")
     compare.add_argument("--out", type=Path, default=None,
                          help="the comparison's folder (default: RUNS_DIR/compare-<UTC>)")
     gate = sub.add_parser("gate", help="release gate: candidate no worse than baseline")
@@ -229,6 +233,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="1 - the intervals' level; FAIL is Holm-corrected over the cells")
     gate.add_argument("--force", action="store_true",
                       help="compare even when model, hardware, vLLM version or seed differ")
+    gate.add_argument("--test", choices=("welch-log", "mann-whitney"), default=None,
+                      help="the test (default: the baseline scenario's compare.test, as "
+                      "compare)")
+    gate.add_argument("--within-instance", action="store_true",
+                      help="decide with < 2 server instances on a side (tests these "
+                      "servers, not the configs; said in the output); default: INCONCLUSIVE")
     plan = sub.add_parser("plan", help="trials per variant needed, from a pilot run")
     plan.add_argument("run_dir", type=Path)
     plan.add_argument("--effect", type=_percent, default=0.10,
@@ -297,11 +307,12 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
     elif options.command == "compare":
         result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha,
                                                options.out, options.runs_dir, options.force,
-                                               options.test)
+                                               options.test, options.within_instance)
     elif options.command == "gate":
         result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
                                             options.margin, options.cells, options.force,
-                                            options.alpha)
+                                            options.alpha, options.test,
+                                            options.within_instance)
     else:
         result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha,
                                            options.margin)

@@ -14,13 +14,15 @@ from typing import Any
 
 from vllm_slo.analysis.comparison import (
     TEST_TEXT,
+    CellComparison,
     Group,
     center_estimate,
     format_estimate,
+    format_judged,
     format_level,
     gate,
-    holm_family_text,
     instance_scope,
+    judgement_text,
     trial_values_text,
     within_instance_warning,
 )
@@ -163,13 +165,16 @@ def _same_trials(groups: Sequence[Group]) -> list[str]:
 
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
                        out_dir: Path | None = None, runs_root: Path = Path("runs"),
-                       force: bool = False, test: TrialTest | None = None) -> CommandResult:
+                       force: bool = False, test: TrialTest | None = None,
+                       within_instance: bool = False) -> CommandResult:
     """Compare saved runs (the first is the baseline) with `test` (default: the baseline
     scenario's `compare.test`): summary.json and report.html through
     the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
     folder under `runs_root`, never inside a compared run's folder). Runs of different
     workloads or seed sets are refused unless `force` (the check `gate` makes, one function);
-    model, vLLM version and host differences are named (they may be what is compared)."""
+    model, vLLM version and host differences are named (they may be what is compared).
+    A pair with < 2 server instances on a side reports its estimate and decides nothing
+    unless `within_instance` (--within-instance) asks for a within-instance test by name."""
     if len(run_dirs) < 2:
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     _check_range("--alpha", alpha, 0.0, 1.0)
@@ -212,7 +217,7 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
                             f"{out_dir or runs_root / run_id} (--runs-dir): "
                             f"{error.strerror or error}") from None
     summary = build_comparison_summary(groups, [str(p) for p in run_dirs], cells, alpha, run_id,
-                                       test)
+                                       test, within_instance)
     notes = [f"{'--force: ' if w in refused else ''}{w}" for w in (*refused, *noted)]
     if notes:
         summary = dataclasses.replace(summary, warnings=(*notes, *summary.warnings))
@@ -296,8 +301,13 @@ def _single_group(run_dir: Path, role: str) -> Group:
 
 
 def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
-                    cells: Sequence[str] | None, force: bool, alpha: float = 0.05
+                    cells: Sequence[str] | None, force: bool, alpha: float = 0.05,
+                    test: TrialTest | None = None, within_instance: bool = False
                     ) -> CommandResult:
+    """The release gate, decided from the judgement `compare` makes of the same folders
+    (comparison.compare_pair: the test — `test`, default the baseline's compare.test —, Holm
+    over the cells, instance means; < 2 instances on a side: INCONCLUSIVE, never FAIL, unless
+    `within_instance`)."""
     _check_range("--margin", margin, 0.0, 1.0, low_included=True)
     _check_range("--alpha", alpha, 0.0, 1.0)
     from vllm_slo.reports.capacity_report import gate_capacity_folders, is_capacity_folder
@@ -318,11 +328,15 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
         raise ScenarioError("refusing to gate runs that are not comparable (use --force to "
                             "gate anyway):\n  " + "\n  ".join(refused))
     cells = list(cells or baseline.trials[0].scenario.compare.cells)
-    results = gate(candidate, baseline, cells, margin, alpha)
+    test = test or baseline.trials[0].scenario.compare.test
+    basis, results = gate(candidate, baseline, cells, margin, alpha, test, within_instance)
     level = format_level(1.0 - alpha)
+    judged = [CellComparison(r.cell, baseline.label, candidate.label, r.comparison,
+                             r.decides) for r in results if r.comparison is not None]
     lines = [f"gate: {candidate.label} vs baseline {baseline.label}, margin {margin:.1%} "
              f"(PASS when the {level} CI of the ratio stays on the good side of 1 ± margin; "
-             f"FAIL when it lies wholly beyond, {holm_family_text(cells)})",
+             f"FAIL when its Holm-consistent CI, the one compare shows, lies wholly beyond)",
+             f"judgement (as compare): {judgement_text(basis, judged, cells)}",
              f"instances: {instance_scope(baseline, candidate).text()}"]
     for item in results:
         ratio = item.result.ratio
@@ -336,6 +350,9 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
                          f"{item.family_size} cells")
         elif item.holm_factor > 1:
             notes.append(f"beyond the margin after Holm over {item.family_size} cells")
+        if item.comparison is not None:
+            notes.append("compare: " + format_judged(CellComparison(
+                item.cell, baseline.label, candidate.label, item.comparison, item.decides)))
         lines.append(f"{item.result.verdict.value:<12} {item.cell:<24} ratio {shown}"
                      f"{'  (' + '; '.join(notes) + ')' if notes else ''}")
     lines += [f"warning (--force): {m}" for m in refused]

@@ -22,7 +22,6 @@ from vllm_slo.stats.trial_statistics import (
     TrialTest,
     below_alpha,
     compare_trials,
-    non_inferiority,
     smallest_adjusted_p,
     with_holm,
 )
@@ -59,15 +58,23 @@ class Group:
     def instance_values(self, cell: str) -> np.ndarray:
         """One value per distinct instance: the geometric mean of its trials' values (the
         arithmetic mean where a value is <= 0), so trials of one server count once."""
-        by_instance: dict[str, list[float]] = {}
         valid = [t for t in self.trials if t.valid]
-        for trial, key in zip(valid, self.instance_keys(), strict=True):
-            value = trial_cell_value(trial, cell)
-            if value is not None and math.isfinite(value):
-                by_instance.setdefault(key, []).append(value)
-        means = [float(np.exp(np.mean(np.log(v)))) if min(v) > 0 else float(np.mean(v))
-                 for v in by_instance.values()]
-        return np.asarray(means, dtype=float)
+        values = [trial_cell_value(trial, cell) for trial in valid]
+        return instance_means(
+            [math.nan if v is None else v for v in values], self.instance_keys())
+
+
+def instance_means(values: Sequence[float], keys: Sequence[str]) -> np.ndarray:
+    """One value per distinct key (server instance), in first-seen order: the geometric mean
+    of its finite values (the arithmetic mean where one is <= 0); a key without a finite value
+    has none. Pure: the unit a between-instances comparison tests."""
+    by_instance: dict[str, list[float]] = {}
+    for value, key in zip(values, keys, strict=True):
+        if math.isfinite(value):
+            by_instance.setdefault(key, []).append(float(value))
+    means = [float(np.exp(np.mean(np.log(v)))) if min(v) > 0 else float(np.mean(v))
+             for v in by_instance.values()]
+    return np.asarray(means, dtype=float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +124,88 @@ def within_instance_warning(baseline: Group, candidate: Group) -> str | None:
             f"`import vllm-bench --instance`)")
 
 
+#: the decision word of a pair with fewer than 2 server instances on a side
+UNDECIDED_WITHIN_INSTANCE = "undecided: within-instance"
+#: the flag that asks for a within-instance test by name (compare, gate)
+WITHIN_INSTANCE_FLAG = "--within-instance"
+MIN_INSTANCES_TO_DECIDE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PairBasis:
+    """What a pair's test compares and whether its verdict decides anything about configs.
+
+    The server instance is the unit: with >= 2 distinct instances on each side the test runs
+    on one value per instance (the geometric mean of its trials: `instance_means`), so trials
+    of one server count once and the test's variance is the instance-to-instance one. With
+    fewer than 2 on a side there is no instance-to-instance variance to test against: the
+    estimate is reported, on per-trial values, but the pair decides nothing
+    (`undecided: within-instance`) unless a within-instance test was asked for by name
+    (`within_instance_asked`, --within-instance), which then decides on per-trial values and
+    says so."""
+
+    baseline_instances: int
+    candidate_instances: int
+    within_instance_asked: bool = False
+
+    @property
+    def between_instances(self) -> bool:
+        return min(self.baseline_instances,
+                   self.candidate_instances) >= MIN_INSTANCES_TO_DECIDE
+
+    @property
+    def decides(self) -> bool:
+        return self.between_instances or self.within_instance_asked
+
+    @property
+    def unit(self) -> str:
+        """`instance means` (between instances) or `trials` (within-instance)."""
+        return "instance means" if self.between_instances else "trials"
+
+    def text(self) -> str:
+        counts = f"{self.baseline_instances}+{self.candidate_instances} instances"
+        if self.between_instances:
+            return f"tested on instance means ({counts}: one value per server instance)"
+        if self.within_instance_asked:
+            return (f"within-instance test asked by {WITHIN_INSTANCE_FLAG} ({counts}): "
+                    f"decides between these servers, not between configs")
+        return (f"{UNDECIDED_WITHIN_INSTANCE} ({counts}; < {MIN_INSTANCES_TO_DECIDE} "
+                f"instances on a side: the estimate is shown, nothing is decided about "
+                f"configs; {WITHIN_INSTANCE_FLAG} tests these servers by name)")
+
+
+def pair_basis(baseline: Group, candidate: Group, within_instance: bool = False) -> PairBasis:
+    return PairBasis(baseline.instances, candidate.instances, within_instance)
+
+
+def unit_values(group: Group, cell: str, basis: PairBasis) -> np.ndarray:
+    """The values a pair's test runs on: one per instance between instances, else one per
+    trial."""
+    return group.instance_values(cell) if basis.between_instances else group.values(cell)
+
+
+def judge_values(values: Mapping[str, tuple[np.ndarray, np.ndarray]], alpha: float,
+                 test: TrialTest) -> tuple[tuple[Comparison, ...], tuple[Comparison, ...]]:
+    """The one judgement `compare`, experiments and `gate` make of a pair (cell ->
+    (baseline's, candidate's) unit values): `test` on every cell, Holm over the cells (one
+    family per pair). Returns the Holm-adjusted comparisons (significance; intervals at the
+    Holm-consistent level) and the unadjusted ones (each cell's own 1 - alpha interval: what
+    a gate's PASS, an intersection-union test, rests on)."""
+    raw = tuple(compare_trials(base, cand, alpha=alpha, test=test)
+                for base, cand in values.values())
+    return with_holm(raw), raw
+
+
 @dataclass(frozen=True, slots=True)
 class CellComparison:
     cell: str
     baseline: str
     candidate: str
     comparison: Comparison
+    #: False: the pair has < 2 instances on a side and no --within-instance (PairBasis)
+    decides: bool = True
+    #: the cell's own 1 - alpha comparison, before Holm (a gate's PASS)
+    unadjusted: Comparison | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +219,10 @@ class CellGate:
     family_size: int = 1
     #: a cell beyond the margin at 1 - alpha, but not after Holm over the family
     not_after_holm: bool = False
+    #: the cell's Holm-adjusted comparison: the one `compare` shows for the same folders
+    comparison: Comparison | None = None
+    #: False: the pair has < 2 instances a side and no --within-instance (PairBasis)
+    decides: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,69 +235,95 @@ def center_estimate(group: Group, cell: str, confidence: float = 0.95) -> Estima
     return across_trials_estimate(group.values(cell), confidence)
 
 
+def compare_pair(baseline: Group, candidate: Group, cells: Sequence[str], alpha: float,
+                 test: TrialTest, within_instance: bool = False
+                 ) -> tuple[PairBasis, tuple[CellComparison, ...]]:
+    """A candidate against the baseline: `judge_values` on the pair's unit values
+    (`pair_basis`). The one function `compare`, experiments and `gate` decide a pair with."""
+    basis = pair_basis(baseline, candidate, within_instance)
+    adjusted, raw = judge_values(
+        {cell: (unit_values(baseline, cell, basis), unit_values(candidate, cell, basis))
+         for cell in cells}, alpha, test)
+    return basis, tuple(
+        CellComparison(cell, baseline.label, candidate.label, result, basis.decides, own)
+        for cell, result, own in zip(cells, adjusted, raw, strict=True))
+
+
 def compare_groups(groups: Sequence[Group], cells: Sequence[str], alpha: float = 0.05,
-                   test: TrialTest = "mann-whitney") -> list[tuple[CellComparison, ...]]:
+                   test: TrialTest = "mann-whitney", within_instance: bool = False
+                   ) -> list[tuple[CellComparison, ...]]:
     """Every group against the first with ``test`` (scenario ``compare.test``: the test the
-    sequential decisions and the design check use too); Holm over the cells of each pair (one
-    family each)."""
-    baseline = groups[0]
-    families = []
-    for candidate in groups[1:]:
-        raw = [compare_trials(baseline.values(cell), candidate.values(cell), alpha=alpha,
-                              test=test)
-               for cell in cells]
-        adjusted = with_holm(raw)
-        families.append(tuple(CellComparison(cell, baseline.label, candidate.label, result)
-                              for cell, result in zip(cells, adjusted, strict=True)))
-    return families
+    sequential decisions and the design check use too), by `compare_pair`; Holm over the
+    cells of each pair (one family each)."""
+    return [compare_pair(groups[0], candidate, cells, alpha, test, within_instance)[1]
+            for candidate in groups[1:]]
 
 
 def gate(candidate: Group, baseline: Group, cells: Sequence[str], margin: float,
-         alpha: float = 0.05) -> tuple[CellGate, ...]:
-    """`gate_values` on the two groups' per-trial values of each cell."""
-    return gate_values({cell: (candidate.values(cell), baseline.values(cell)) for cell in cells},
-                       margin, alpha)
+         alpha: float = 0.05, test: TrialTest = "welch-log", within_instance: bool = False
+         ) -> tuple[PairBasis, tuple[CellGate, ...]]:
+    """The release gate on `compare_pair`'s judgement of the two groups (the family, the test
+    and the instance rule `compare` uses), laid against the margin by `gate_judged`."""
+    basis, judged = compare_pair(baseline, candidate, cells, alpha, test, within_instance)
+    return basis, gate_judged(judged, margin)
 
 
 def gate_values(values: Mapping[str, tuple[np.ndarray, np.ndarray]], margin: float,
-                alpha: float = 0.05) -> tuple[CellGate, ...]:
-    """Non-inferiority per cell (cell -> candidate's and baseline's per-trial values). PASS
-    rests on each cell's own 1 - alpha interval (the gate passes only when every cell passes:
-    an intersection-union test needs no correction); FAIL is a claim about one cell among
-    many, so it is Holm-corrected over the cells that have an interval — the same family
-    `compare` runs Holm over: step k of m tests at 1 - alpha / (m - k + 1), the cells beyond
-    the margin at that level failing together."""
-    def judged(cell: str, confidence: float) -> NonInferiority:
-        candidate, baseline = values[cell]
-        return non_inferiority(candidate, baseline, margin,
-                               lower_is_better=lower_is_better(cell), confidence=confidence)
+                alpha: float = 0.05, test: TrialTest = "welch-log") -> tuple[CellGate, ...]:
+    """`gate_judged` on `judge_values` of per-cell unit values (cell -> candidate's and
+    baseline's values)."""
+    adjusted, raw = judge_values({cell: (base, cand) for cell, (cand, base) in values.items()},
+                                 alpha, test)
+    return gate_judged([CellComparison(cell, "baseline", "candidate", held, True, own)
+                        for cell, held, own in zip(values, adjusted, raw, strict=True)], margin)
 
-    cells = list(values)
-    first = {cell: judged(cell, 1.0 - alpha) for cell in cells}
-    family = [cell for cell in cells if first[cell].ratio.ci_low is not None]
-    failed: dict[str, tuple[NonInferiority, int]] = {}
-    while True:
-        remaining = [cell for cell in family if cell not in failed]
-        factor = len(remaining)
-        if not factor:
-            break
-        stepped = {cell: judged(cell, 1.0 - alpha / factor) for cell in remaining
-                   if first[cell].verdict is Verdict.FAIL}
-        newly = [cell for cell, result in stepped.items() if result.verdict is Verdict.FAIL]
-        if not newly:
-            break
-        failed.update({cell: (stepped[cell], factor) for cell in newly})
+
+def _beyond(comparison: Comparison, bound: float, lower_better: bool, *, bad: bool) -> bool:
+    """Does the ratio's interval lie wholly on the bad (`bad`) or the good side of `bound`?"""
+    ratio = comparison.ratio
+    if not comparison.testable or ratio.ci_low is None or ratio.ci_high is None:
+        return False
+    if lower_better == bad:
+        return ratio.ci_low > bound
+    return ratio.ci_high < bound
+
+
+def gate_judged(judged: Sequence[CellComparison], margin: float) -> tuple[CellGate, ...]:
+    """Non-inferiority from the pair's one judgement (`judge_values`: the test, Holm over the
+    cells). PASS rests on each cell's own 1 - alpha interval lying on the good side of
+    1 ± margin (the gate passes only when every cell passes: an intersection-union test needs
+    no correction). FAIL is a claim about one cell among many: the cell's Holm-consistent
+    interval — the very interval `compare` shows, which excludes 1 exactly when compare calls
+    the cell significant — lies wholly beyond the margin. So a gate FAIL is always a
+    significant change in the bad direction in `compare` (with margin 0 the two are the
+    same), and a cell `compare` does not call significant never FAILs. A pair that decides
+    nothing (`PairBasis.decides`: < 2 instances a side) is INCONCLUSIVE in every cell."""
+    if not 0.0 <= margin < 1.0 or math.isnan(margin):
+        raise ValueError(f"margin must be within [0, 1), got {margin!r}")
+    family = sum(1 for item in judged if item.comparison.p_value is not None)
     results = []
-    for cell in cells:
-        if cell in failed:
-            result, factor = failed[cell]
-            results.append(CellGate(cell, result, factor, len(family)))
-        elif first[cell].verdict is Verdict.FAIL:
-            results.append(CellGate(
-                cell, dataclasses.replace(first[cell], verdict=Verdict.INCONCLUSIVE),
-                1, len(family), not_after_holm=True))
+    for item in judged:
+        lower_better = lower_is_better(item.cell)
+        bound = 1.0 + margin if lower_better else 1.0 - margin
+        held = item.comparison
+        own = item.unadjusted or held
+        warnings = list(held.warnings)
+        if own.ratio.value is None:
+            warnings.append("a ratio needs positive values on both sides")
+        if not item.decides:
+            verdict, shown, factor, after = Verdict.INCONCLUSIVE, own, 1, False
+            warnings.append(UNDECIDED_WITHIN_INSTANCE)
+        elif held.significant and _beyond(held, bound, lower_better, bad=True):
+            verdict, shown, factor, after = Verdict.FAIL, held, held.holm_factor, False
+        elif _beyond(own, bound, lower_better, bad=False):
+            verdict, shown, factor, after = Verdict.PASS, own, 1, False
         else:
-            results.append(CellGate(cell, first[cell], 1, len(family)))
+            verdict, shown, factor = Verdict.INCONCLUSIVE, own, 1
+            after = _beyond(own, bound, lower_better, bad=True)
+        results.append(CellGate(item.cell, NonInferiority(shown.ratio, margin, verdict,
+                                                          tuple(warnings)),
+                                factor, max(family, 1), not_after_holm=after,
+                                comparison=held, decides=item.decides))
     return tuple(results)
 
 
@@ -415,6 +528,23 @@ def format_change(cell: str, result: Comparison) -> str:
     return f"{'' if result.significant else '~ '}{body} ({level}{p} {counts})"
 
 
+def format_judged(item: CellComparison) -> str:
+    """`format_change`, led by `undecided: within-instance` where the pair decides nothing (no
+    `~`: nothing is claimed either way)."""
+    text = format_change(item.cell, item.comparison)
+    if item.decides:
+        return text
+    return f"{UNDECIDED_WITHIN_INSTANCE} {text.removeprefix('~ ')}"
+
+
+def family_basis(baseline: Group, candidate: Group, family: Sequence[CellComparison]
+                 ) -> PairBasis:
+    """The basis a compared pair was judged on (its cells say whether it decides)."""
+    basis = pair_basis(baseline, candidate)
+    asked = bool(family) and family[0].decides and not basis.between_instances
+    return dataclasses.replace(basis, within_instance_asked=asked)
+
+
 def center_text(group: Group, cell: str) -> str:
     estimate = center_estimate(group, cell)
     if estimate.value is None:
@@ -453,6 +583,17 @@ def table_test_text(families: Sequence[tuple[CellComparison, ...]], cells: Seque
     return f"{text}; {holm_family_text(cells)}"
 
 
+def judgement_text(basis: PairBasis, family: Sequence[CellComparison],
+                   cells: Sequence[str]) -> str:
+    """The one judgement of a pair in words, the same in `compare`, experiments and `gate`:
+    the test, Holm's family and the unit (`PairBasis.text`)."""
+    tests = [item.comparison.test for item in family]
+    main = max(TEST_TEXT, key=tests.count) if tests else "welch-log"
+    differing = sorted({f"{item.cell}: {TEST_TEXT[item.comparison.test]}" for item in family
+                        if item.comparison.test != main})
+    return "; ".join([TEST_TEXT[main], *differing, holm_family_text(cells), basis.text()])
+
+
 def holm_family_text(cells: Sequence[str]) -> str:
     """Which family Holm runs over, said the same way by `compare`, the experiment and `gate`."""
     return (f"Holm over the {len(cells)} compared cell(s) of each pair: {', '.join(cells)}"
@@ -489,11 +630,13 @@ def benchstat_table(groups: Sequence[Group], families: Sequence[tuple[CellCompar
                 if warning not in notes:
                     notes.append(warning)
                 marks += f"[{notes.index(warning) + 1}]"
-            row += [center_text(candidate, cell), format_change(cell, comparison) + marks]
+            row += [center_text(candidate, cell), format_judged(family[index]) + marks]
         rows.append(tuple(row))
     return TextTable(
         header=tuple(header), rows=tuple(rows),
         notes=(*TABLE_LEGEND, table_test_text(families, cells),
                *(f"{candidate.label} vs {baseline.label}: "
-                 f"{instance_scope(baseline, candidate).text()}" for candidate in groups[1:]),
+                 f"{instance_scope(baseline, candidate).text()}; "
+                 f"{family_basis(baseline, candidate, family).text()}"
+                 for candidate, family in zip(groups[1:], families, strict=True)),
                *(f"[{i}] {note}" for i, note in enumerate(notes, start=1))))

@@ -25,11 +25,13 @@ from vllm_slo.analysis.comparison import (
     benchstat_table,
     center_estimate,
     compare_groups,
+    family_basis,
     family_reachability_warnings,
-    format_change,
     format_change_interval,
+    format_judged,
     format_ratio,
     instance_scope,
+    judgement_text,
     plan_trials,
     within_instance_warning,
 )
@@ -120,6 +122,9 @@ class CellComparisonEntry:
     p_value: float | None  # two-sided, of `test` on per-trial values
     p_adjusted: float | None  # Holm over the pair's cells
     significant: bool
+    # False: the pair has < 2 server instances on a side and no --within-instance, so
+    # `significant` decides nothing about configs (comparison.PairBasis)
+    decides: bool = True
     alpha: float
     testable: bool  # False: these trial counts can never be significant in this family
     family_size: int  # cells in the pair's Holm family
@@ -148,7 +153,8 @@ class CellComparisonEntry:
             n_baseline=int(result.n_a), n_candidate=int(result.n_b),
             center_baseline=_number(result.center_a), center_candidate=_number(result.center_b),
             p_value=_number(result.p_value), p_adjusted=_number(result.p_adjusted),
-            significant=bool(result.significant), alpha=float(result.alpha),
+            significant=bool(result.significant), decides=bool(item.decides),
+            alpha=float(result.alpha),
             testable=bool(result.testable), family_size=int(result.family_size),
             holm_factor=int(result.holm_factor),
             interval_confidence=float(result.interval_confidence),
@@ -156,7 +162,7 @@ class CellComparisonEntry:
             shift_range=_optional(result.shift_range), ratio_range=_optional(result.ratio_range),
             interval_agrees=bool(result.interval_agrees),
             change=format_change_interval(item.cell, result),
-            display=format_change(item.cell, result), warnings=tuple(result.warnings))
+            display=format_judged(item), warnings=tuple(result.warnings))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +271,9 @@ class ComparisonEntry:
     cells: tuple[CellComparisonEntry, ...]
     instances: InstanceScope | None = json_field(default=None, omit_none=True,
                                                  convert=instances_json)
+    # the test, its unit (instance means or trials) and Holm's family, said once per pair:
+    # the same words `gate` prints (comparison.judgement_text)
+    judgement: str = ""
 
     def __post_init__(self) -> None:
         derive(self, holm_family=tuple(cell.cell for cell in self.cells))
@@ -481,15 +490,18 @@ class _Compared:
 
 
 def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect: float,
-             test: TrialTest) -> _Compared:
-    families = compare_groups(groups, cells, alpha, test) if len(groups) > 1 else []
+             test: TrialTest, within_instance: bool = False) -> _Compared:
+    families = (compare_groups(groups, cells, alpha, test, within_instance)
+                if len(groups) > 1 else [])
     reach = tuple(w for family in families for w in family_reachability_warnings(family))
     shared = tuple(w for candidate in groups[1:]
                    for w in (within_instance_warning(groups[0], candidate),) if w)
     return _Compared(
         tuple(ComparisonEntry(baseline=f[0].baseline, candidate=f[0].candidate,
                               cells=tuple(CellComparisonEntry.of(item) for item in f),
-                              instances=instance_scope(groups[0], candidate))
+                              instances=instance_scope(groups[0], candidate),
+                              judgement=judgement_text(
+                                  family_basis(groups[0], candidate, f), f, cells))
               for f, candidate in zip(families, groups[1:], strict=True)),
         tuple(PlanEntry.of(p) for p in plan_trials(groups, cells, effect, alpha, test)),
         (benchstat_table(groups, families, cells),) if families else (), reach, shared)
@@ -643,7 +655,8 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
 
 def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
                              cells: Sequence[str] | None, alpha: float, run_id: str,
-                             test: TrialTest | None = None) -> ExperimentSummary:
+                             test: TrialTest | None = None, within_instance: bool = False
+                             ) -> ExperimentSummary:
     """Saved runs compared (`vllm-slo compare`): one group per run folder (or per variant of
     an experiment folder), the first the baseline. The scenario echo is the baseline's, with
     the compared cells, alpha and test (`test`, default the baseline's `compare.test`);
@@ -655,7 +668,7 @@ def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
     test = test or baseline.compare.test
     smallest = min(len(g.values(cells[0])) for g in groups)
     variants = [_variant(group, cells, "path") for group in groups]
-    compared = _compare(groups, cells, alpha, effect, test)
+    compared = _compare(groups, cells, alpha, effect, test, within_instance)
     warnings = [w for variant in variants for w in _excluded_warning(variant)]
     warnings += [*compared.reach_warnings, *compared.instance_warnings]
     scenario = {**baseline.to_yaml_dict(),

@@ -12,12 +12,15 @@ junit.xml, one testsuite:
   is `<skipped>`; `equivalent` or an improvement passes), with the decision's text as the
   message; a comparison of saved runs (no decision) by the benchstat cell's Holm verdict the same
   way, `not testable` `<skipped>` (`+45.2% [+20.1%, +80.3%] (98.3% CI, p=0.024 n=5+5)`); the
-  details name the instances each side ran on and the Holm family.
+  details name the instances each side ran on, the test and the Holm family. A pair with
+  fewer than 2 server instances on a side is `undecided: within-instance` (`<skipped>`, never
+  a failure) unless `--within-instance` asked for a within-instance test by name.
 The experiment's text goes into `<system-out>`.
 """
 
 from __future__ import annotations
 
+from vllm_slo.analysis.comparison import UNDECIDED_WITHIN_INSTANCE
 from vllm_slo.analysis.experiment_summary import (
     CellComparisonEntry,
     ComparisonEntry,
@@ -52,7 +55,7 @@ def _outcome(summary: ExperimentSummary) -> str:
 
 
 #: cell states that JUnit shows as skipped: nothing decided (yet) about the cell
-SKIPPED_STATES = ("not testable", "undecided", "n/a")
+SKIPPED_STATES = ("not testable", "undecided", UNDECIDED_WITHIN_INSTANCE, "n/a")
 
 
 def cell_state(entry: CellComparisonEntry) -> str:
@@ -62,7 +65,11 @@ def cell_state(entry: CellComparisonEntry) -> str:
     error control over the looks) is judged by it: changed in the cell's bad direction is a
     regression, equivalent within ±compare.effect, undecided. Otherwise (a comparison of
     saved runs, an older folder) by the benchstat cell's Holm verdict and the direction of the
-    change (ratio candidate/baseline; the shift where no ratio exists)."""
+    change (ratio candidate/baseline; the shift where no ratio exists). A pair with < 2
+    server instances on a side decides nothing about configs (`undecided: within-instance`,
+    comparison.PairBasis) unless --within-instance asked for it."""
+    if not entry.decides:
+        return UNDECIDED_WITHIN_INSTANCE
     if entry.decision is not None:
         if entry.decision.decision != "changed":
             return entry.decision.decision
@@ -86,14 +93,18 @@ def _direction(cell: str, change: float) -> str:
 
 def cell_text(entry: CellComparisonEntry) -> str:
     """The decision's text where the design decided the cell, else the benchstat cell."""
-    return entry.decision.text if entry.decision is not None else entry.display
+    if entry.decision is not None and entry.decides:
+        return entry.decision.text
+    return entry.display
 
 
 def _pair_note(comparison: ComparisonEntry) -> str:
+    """The pair's instances and its judgement (test, Holm family, unit): the words `gate`
+    prints for the same folders."""
     instances = comparison.instances.text() if comparison.instances is not None else ""
     family = ", ".join(c.cell for c in comparison.cells)
-    return "; ".join(part for part in (instances, f"Holm over {len(comparison.cells)} "
-                                       f"cell(s): {family}") if part)
+    judgement = comparison.judgement or f"Holm over {len(comparison.cells)} cell(s): {family}"
+    return "; ".join(part for part in (instances, judgement) if part)
 
 
 def render_experiment_junit(summary: ExperimentSummary, text: str) -> str:
