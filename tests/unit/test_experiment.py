@@ -547,7 +547,11 @@ def test_comparison_page_shows_estimates_beside_trials_and_each_cells_level(
     assert compared["ttft.p50"].verdict == "significant"
     assert compared["ttft.p50"].level == "95% (unadjusted)"
     assert compared["ttft.p50"].p == f"{entry.p_adjusted:.2g}"
-    assert compared["ttft.p50"].notes == "" and view.comparison_notes == []
+    # the one footnote: the pair's judgement (test, Holm family, unit), as gate prints it
+    judgement = summary.comparisons[0].judgement
+    assert "Welch t on log" in judgement and "instance means" in judgement
+    assert compared["ttft.p50"].notes == "[1]"
+    assert view.comparison_notes == [f"b vs a: {judgement}"]
 
 
 def _set_gpus(run: Path, gpus_by_position: dict[int, list[str]]) -> None:

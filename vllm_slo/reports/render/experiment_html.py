@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 from vllm_slo.analysis.comparison import (
     TABLE_LEGEND,
     TEST_TEXT,
+    UNDECIDED_WITHIN_INSTANCE,
     format_estimate,
     format_level,
     trial_values_text,
@@ -209,6 +210,8 @@ def _trial_rows(summary: ExperimentSummary) -> list[TrialRow]:
 
 
 def _verdict(cell: CellComparisonEntry) -> str:
+    if not cell.decides:
+        return UNDECIDED_WITHIN_INSTANCE
     if cell.p_adjusted is None:
         return "?"
     if not cell.testable:
@@ -222,6 +225,9 @@ def _comparison_rows(summary: ExperimentSummary) -> tuple[list[ComparisonRow], l
     rows = []
     notes: list[str] = []
     for pair in summary.comparisons:
+        judgement = f"{pair.candidate} vs {pair.baseline}: {pair.judgement}"
+        if pair.judgement and judgement not in notes:
+            notes.append(judgement)  # the test, Holm family and unit, as gate prints them
         for cell in pair.cells:
             verdict = _verdict(cell)
             widest = cell.ratio_range or cell.shift_range
@@ -238,7 +244,7 @@ def _comparison_rows(summary: ExperimentSummary) -> tuple[list[ComparisonRow], l
             p = "n/a" if cell.p_adjusted is None else f"{cell.p_adjusted:.2g}"
             if cell.p_value is not None and cell.p_adjusted != cell.p_value:
                 p += f" (unadjusted {cell.p_value:.2g})"
-            marks = ""
+            marks = f"[{notes.index(judgement) + 1}]" if pair.judgement else ""
             for warning in cell.warnings:
                 if warning not in notes:
                     notes.append(warning)
