@@ -587,7 +587,7 @@ def judgement_text(basis: PairBasis, family: Sequence[CellComparison],
                    cells: Sequence[str]) -> str:
     """The one judgement of a pair in words, the same in `compare`, experiments and `gate`:
     the test, Holm's family and the unit (`PairBasis.text`)."""
-    tests = [item.comparison.test for item in family]
+    tests: list[str] = [item.comparison.test for item in family]
     main = max(TEST_TEXT, key=tests.count) if tests else "welch-log"
     differing = sorted({f"{item.cell}: {TEST_TEXT[item.comparison.test]}" for item in family
                         if item.comparison.test != main})
