@@ -22,7 +22,12 @@ import yaml
 from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_race import finished_trials, out_of_race, race_floor
 from vllm_slo.analysis.tuning import GIVEN_ORIGIN
-from vllm_slo.capacity_runner import CapacityOutcome, CapacitySearch, Printer
+from vllm_slo.capacity_runner import (
+    CapacityOutcome,
+    CapacitySearch,
+    Printer,
+    check_lowest_step,
+)
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.capacity_report import (
     VARIANTS_DIR,
@@ -52,6 +57,7 @@ def check_race(scenario: Scenario) -> None:
     if scenario.variants:
         raise ScenarioError(f"scenario {scenario.name!r}: a tune's candidates are its grid; "
                             "variants: cannot be raced as well")
+    check_lowest_step(scenario)
     if scenario.tune.trials is not None or scenario.trials.max > 1:
         raise ScenarioError(f"scenario {scenario.name!r}: a capacity race repeats each "
                             "candidate's search with capacity.trials (each on a fresh "

@@ -14,6 +14,7 @@ with variants searches each variant in turn, and the folder compares their capac
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import time
@@ -73,6 +74,7 @@ from vllm_slo.stats.capacity_search import (
     SearchStatus,
     bracket,
     plan_next,
+    samples_to_pass,
 )
 
 Printer = Callable[[str], None]
@@ -259,10 +261,35 @@ class CapacitySearch:
         return document
 
 
+def check_lowest_step(scenario: Scenario) -> None:
+    """The lowest load's window must hold enough requests for every upper-bound percentile
+    SLO to be able to PASS at the step confidence (else the search stops at its first step,
+    undecided, whatever the server does). Open loop only: a closed loop's rate is not known
+    before it runs."""
+    spec = scenario.capacity
+    if spec is None or spec.load != RATE_KEY:
+        return
+    window_s = scenario.traffic.duration_s * 2 ** spec.lengthen  # its longest run
+    expected = spec.low * window_s
+    for rule in scenario.slo.rules():
+        if rule.percentile is None or rule.comparator not in ("<", "<=") or rule.part:
+            continue
+        needed = samples_to_pass(rule.percentile, spec.step_confidence)
+        if expected < needed:
+            raise ScenarioError(
+                f"capacity.low = {spec.low:g} req/s: its window holds about {expected:.0f} "
+                f"requests (traffic.duration {scenario.traffic.duration_s:g} s x "
+                f"{2 ** spec.lengthen} with lengthening), and {rule.label} can PASS at "
+                f"capacity.step_confidence {spec.step_confidence:g} only from {needed} or more: "
+                f"raise capacity.low or traffic.duration (low x duration >= "
+                f"{math.ceil(needed / 2 ** spec.lengthen)} requests)")
+
+
 def _check(scenario: Scenario, runs_root: Path) -> dict[str, Scenario]:
     if scenario.capacity is None:
         raise ScenarioError(f"scenario {scenario.name!r} has no capacity: section (the load "
                             "to search, its range and tolerance; docs/capacity.md)")
+    check_lowest_step(scenario)
     if scenario.trials.max > 1:
         raise ScenarioError("capacity: repeat the whole search with capacity.trials (each on "
                             "a fresh server), not trials:")

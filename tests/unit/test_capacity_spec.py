@@ -26,7 +26,7 @@ def test_the_shipped_capacity_scenario_loads() -> None:
     ("capacity.high=0.4", "must be above capacity.low"),
     ("capacity.require='>= 3 users'", "counted in req/s"),
     ("capacity.require=lots", "expected '>= N req/s'"),
-    ("capacity.load=traffic.arrival.users", "users are whole numbers"),
+    ("capacity={load: traffic.arrival.users, low: 1.5, high: 8}", "users are whole numbers"),
     ("capacity={load: traffic.arrival.users, low: 1, high: 8}", "closed-loop users"),
     ("traffic.arrival={kind: closed, users: 4}", "an open-loop rate"),
     ("slo={}", "declares none"),
@@ -81,3 +81,31 @@ def test_the_capacity_gate_holds_the_candidate_to_the_margin() -> None:
 def test_exit_codes(status: SearchStatus, low: float, high: float | None,
                     required: float | None, code: ExitCode) -> None:
     assert capacity_exit_code(status, _estimate(9.7, low, high), required) is code
+
+
+def test_samples_a_percentile_needs_to_pass() -> None:
+    from vllm_slo.stats.capacity_search import samples_to_pass
+
+    assert samples_to_pass(90, 0.99) == 51 and samples_to_pass(90, 0.95) == 36
+    assert samples_to_pass(99, 0.99) == 528 and samples_to_pass(99, 0.95) == 368
+    # at that count, all below, the lower Clopper-Pearson bound clears the share; one fewer not
+    for percentile, confidence in ((90, 0.99), (99, 0.95), (50, 0.99)):
+        n = samples_to_pass(percentile, confidence)
+        low = ((1 - confidence) / 2) ** (1 / n)
+        assert low > percentile / 100 >= ((1 - confidence) / 2) ** (1 / (n - 1))
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["capacity.low=0.5"], "holds about 30 requests"),  # 0.5 x 30 s x 2 (lengthened)
+    (["capacity.low=2", "traffic.duration=10s", "capacity.lengthen=0"], "from 51 or more"),
+    (["capacity.low=4", "slo.ttft=[\"p99 < 1s\"]"], "ttft p99 < 1s can PASS"),
+])
+def test_a_lowest_step_too_short_to_pass_is_refused_before_any_server(
+        overrides: list[str], fragment: str) -> None:
+    from vllm_slo.capacity_runner import check_lowest_step
+
+    scenario, _ = load_scenario("capacity-cpu", overrides)
+    with pytest.raises(ScenarioError, match=r"raise capacity\.low or traffic\.duration") as caught:
+        check_lowest_step(scenario)
+    assert fragment in str(caught.value)
+    check_lowest_step(load_scenario("capacity-cpu", [])[0])  # the shipped one passes
