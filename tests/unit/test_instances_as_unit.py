@@ -127,7 +127,8 @@ def test_one_instance_a_side_decides_nothing_in_compare_junit_and_gate(
     ttft_case = cases["cand vs base: ttft.p50"]
     skipped = ttft_case.find("skipped")
     assert skipped is not None
-    assert (skipped.get("message") or "").startswith(UNDECIDED_WITHIN_INSTANCE)
+    message = skipped.get("message") or ""
+    assert message.startswith(UNDECIDED_WITHIN_INSTANCE) and message.count("within-instance") == 1
     markdown = (tmp_path / "cmp" / "summary.md").read_text()
     assert "**regression**" not in markdown and UNDECIDED_WITHIN_INSTANCE in markdown
 
@@ -204,3 +205,29 @@ def test_compare_and_gate_agree_on_the_same_folders(tmp_path: Path, scale: float
             assert five[cell] != "FAIL"
     if scale == 1.5:
         assert states["ttft.p50"] == "regression" and five["ttft.p50"] == "FAIL"
+
+
+def test_an_imported_bench_pair_on_one_server_each_fails_no_junit_case(tmp_path: Path) -> None:
+    """The issue's case: five `vllm bench serve` results per side, one instance label per
+    side (the import's default), b's TTFTs ×1.5 so the per-trial test is significant: every
+    compared cell is skipped `undecided: within-instance`, none is a failure."""
+    bench = Path(__file__).resolve().parent / "data" / "vllm_bench"
+    variants = []
+    for side, scale in (("a", 1.0), ("b", 1.5)):
+        for k in range(5):
+            record = json.loads((bench / f"chat-rate8-trial{k % 2 + 1}.json").read_text())
+            record["ttfts"] = [t * scale for t in record["ttfts"]]
+            target = tmp_path / f"{side}{k + 1}.json"
+            target.write_text(json.dumps(record))
+            variants.append(f"--variant={side}={target}")
+    code, _, complained = run_main(["import", "vllm-bench", *variants, "--out",
+                                    str(tmp_path / "out")])
+    assert code == ExitCode.PASS, complained
+    compared = {name: case for name, case in _junit_cases(tmp_path / "out").items()
+                if name.startswith("b vs a: ")}
+    assert compared and all(case.find("failure") is None for case in compared.values())
+    assert all((case.find("skipped") is not None) for case in compared.values())
+    assert "**regression**" not in (tmp_path / "out" / "summary.md").read_text()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    ttft = next(c for c in summary["comparisons"][0]["cells"] if c["cell"] == "ttft.p50")
+    assert ttft["significant"] and not ttft["decides"]  # the old rule would have failed it

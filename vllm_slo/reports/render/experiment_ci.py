@@ -121,7 +121,8 @@ def render_experiment_junit(summary: ExperimentSummary, text: str) -> str:
         for entry in pair.cells:
             case = junit.case(f"{entry.candidate} vs {entry.baseline}: {entry.cell}")
             state = cell_state(entry)
-            message = f"{state}: {cell_text(entry)}"
+            text = cell_text(entry)  # a within-instance cell's text already leads with it
+            message = text if text.startswith(state) else f"{state}: {text}"
             details = "\n".join([note, *entry.warnings])
             _sub(_sub(case, "properties"), "property", name="change", value=state)
             if state == "regression":
