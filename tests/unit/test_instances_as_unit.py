@@ -231,3 +231,29 @@ def test_an_imported_bench_pair_on_one_server_each_fails_no_junit_case(tmp_path:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     ttft = next(c for c in summary["comparisons"][0]["cells"] if c["cell"] == "ttft.p50")
     assert ttft["significant"] and not ttft["decides"]  # the old rule would have failed it
+
+
+def test_an_experiment_whose_trials_share_instances_is_judged_on_instance_means(
+        tmp_path: Path) -> None:
+    """4 trials a variant on 2 labelled restarts each (2 trials per instance): the pair is
+    judged on 2 + 2 instance means; the design's per-trial looks are not used, and it says so."""
+    from vllm_slo.reports.experiment_report import render_experiment
+
+    run = experiment(tmp_path / "nested", {"a": 0.05, "b": 0.06}, trials=4, noise=0.05)
+    for index, folder in enumerate(sorted((run / "trials").iterdir())):
+        path = folder / "provenance.json"
+        provenance = json.loads(path.read_text())
+        variant = folder.name.split("-")[1]
+        provenance["server_instance"] = {"kind": "attached", "url": "http://gpu:8000",
+                                         "label": f"{variant}-restart-{index % 2}"}
+        path.write_text(json.dumps(provenance))
+    (run / "stopping.json").write_text(json.dumps({
+        "reason": "max_trials", "rounds": 4, "looks": 1, "min_trials": 4, "max_trials": 4,
+        "budget_s": None, "elapsed_s": 60.0, "detail": ""}))
+    summary = render_experiment(run).summary
+    pair = summary["comparisons"][0]
+    assert pair["instances"]["baseline"] == pair["instances"]["candidate"] == 2
+    assert "tested on instance means (2+2 instances" in pair["judgement"]
+    assert all(cell["n_baseline"] == cell["n_candidate"] == 2 for cell in pair["cells"])
+    assert all(cell.get("decision") is None for cell in pair["cells"])
+    assert any("trials share server instances" in w for w in summary["warnings"])

@@ -178,6 +178,14 @@ def pair_basis(baseline: Group, candidate: Group, within_instance: bool = False)
     return PairBasis(baseline.instances, candidate.instances, within_instance)
 
 
+def shares_instances(baseline: Group, candidate: Group) -> bool:
+    """A pair judged between instances some of whose trials share one (or serve both
+    sides): per-trial values are not its units, instance means are."""
+    basis = pair_basis(baseline, candidate)
+    scope = instance_scope(baseline, candidate)
+    return basis.between_instances and scope.scope != BETWEEN_INSTANCES
+
+
 def unit_values(group: Group, cell: str, basis: PairBasis) -> np.ndarray:
     """The values a pair's test runs on: one per instance between instances, else one per
     trial."""

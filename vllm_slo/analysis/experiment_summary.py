@@ -33,6 +33,7 @@ from vllm_slo.analysis.comparison import (
     instance_scope,
     judgement_text,
     plan_trials,
+    shares_instances,
     within_instance_warning,
 )
 from vllm_slo.analysis.experiment_design import StopReason, sequential_design
@@ -635,7 +636,14 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
     comparisons, benchstat = compared.comparisons, compared.benchstat
     looked = 0 if rounds is None else min(rounds, scenario.max_trials)
     if design is not None and comparisons and looked > 0 and stopping is not None:
-        decided = look_decisions(design, groups, cells, looked)
+        nested = [candidate.label for candidate in groups[1:]
+                  if shares_instances(groups[0], candidate)]
+        decided = tuple((label, decisions)
+                        for label, decisions in look_decisions(design, groups, cells, looked)
+                        if label not in nested)
+        warnings += [f"{label} vs {groups[0].label}: trials share server instances, so the "
+                     f"design's looks (per-trial values) are not used; the pair is judged on "
+                     f"instance means by the table's test and Holm" for label in nested]
         comparisons = _with_decisions(comparisons, design, decided, looked)
         benchstat += (decision_table(comparisons, cells, stopping, design),)
     slos = [slo for variant in variants for slo in variant.slos]
