@@ -599,7 +599,10 @@ def judgement_text(basis: PairBasis, family: Sequence[CellComparison],
     main = max(TEST_TEXT, key=tests.count) if tests else "welch-log"
     differing = sorted({f"{item.cell}: {TEST_TEXT[item.comparison.test]}" for item in family
                         if item.comparison.test != main})
-    return "; ".join([TEST_TEXT[main], *differing, holm_family_text(cells), basis.text()])
+    test = TEST_TEXT[main]
+    if basis.between_instances:  # the test's values are instance means, not trials
+        test = test.replace("per-trial values", "instance means")
+    return "; ".join([test, *differing, holm_family_text(cells), basis.text()])
 
 
 def holm_family_text(cells: Sequence[str]) -> str:
