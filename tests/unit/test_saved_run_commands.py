@@ -89,11 +89,12 @@ USAGE = ExitCode.USAGE_ERROR
 #: the outcome in summary.json, `report` (rebuilding it) calls the run invalid (exit 4: how it
 #: ended is unknown); a damaged provenance.json: `report` leaves it out with a warning (None:
 #: the intact run's exit code), comparing and gating need it (model, vLLM version, host,
-#: instance); a damaged samples.parquet is read from intact streams.
+#: instance); a damaged samples.parquet is read from intact streams. `plan` on one run (one
+#: trial, one instance) cannot estimate the restart-to-restart variation: exit 3.
 EXPECTED: dict[str, dict[str, int | None]] = {
-    "run_status.json": {"compare": 0, "gate": 3, "plan": 0, "report": 4},
+    "run_status.json": {"compare": 0, "gate": 3, "plan": 3, "report": 4},
     "provenance.json": {"compare": USAGE, "gate": USAGE, "plan": USAGE, "report": None},
-    "samples.parquet truncated, streams intact": {"compare": 0, "gate": 3, "plan": 0,
+    "samples.parquet truncated, streams intact": {"compare": 0, "gate": 3, "plan": 3,
                                                   "report": None},
 }
 
@@ -361,7 +362,7 @@ def test_five_vs_five_on_one_instance_per_side_says_so(five_vs_five) -> None:
         1, 1, "within-instance")
     assert any("not independent instances" in w for w in summary["warnings"])
     code, plan, _ = run_main(["plan", str(out)])
-    assert code == ExitCode.PASS
+    assert code == ExitCode.INCONCLUSIVE  # no plan: it could not estimate
     assert "cannot estimate the restart-to-restart variation" in plan
     assert "a: 5 valid trial(s) on 1 instance(s)" in plan
 
@@ -376,7 +377,9 @@ def test_each_file_a_fresh_server_with_one_instance_flag(five_vs_five) -> None:
     first = yaml.safe_load((out / "trials" / "001-a-1" / "scenario.yaml").read_text())
     assert first["server"]["instance"] == "a-a1"
     code, plan, _ = run_main(["plan", str(out)])
-    assert "trial CV" in plan and "(5 instance(s))" in plan
+    assert code == ExitCode.PASS and "(5 instance(s))" in plan
+    assert "(95% chi-square interval; 10 per-trial values, df 8)" in plan
+    assert "trials per variant at the estimate" in plan and "at the upper bound" in plan
 
 
 def test_instance_flag_errors(five_vs_five) -> None:

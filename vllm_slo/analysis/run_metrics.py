@@ -16,6 +16,9 @@ Definitions (docs/measurement.md):
   measured window, per second (a request straddling a boundary counts partly; a chunk carrying
   several tokens counts its share of the request's usage count), so it can never exceed what
   the server emitted. Request throughput: successful requests *completed* inside the window.
+- Goodput: of the requests request throughput counts (`counted_*`, in completion order), those
+  that met every per-request latency SLO, over the same span: goodput <= request throughput
+  by construction (`verdicts.goodput`; docs/statistics.md "Goodput").
 - Both rates are counts over the span they were measured over (`rate_span_s`): the scenario's
   window, or, for a run cut short (Ctrl-C, abort, a dead load generator), the window up to the
   last thing any request did. Never a mean of whole-second bins: a 12.97 s window is not 13 s,
@@ -26,6 +29,7 @@ Definitions (docs/measurement.md):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -93,6 +97,13 @@ class RunSeries:
     measured_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
     # the span the rates are over (None: window_s) and each bin's length (empty: 1 s each)
     rate_span_s: float | None = None
+    # the requests request throughput counts (successful, completed inside the rate span, of
+    # any phase), in completion order: their end times, latencies, profiles and adapters, for
+    # goodput over the same requests and span (None: a series built without rows)
+    counted_end_unix_s: np.ndarray | None = None
+    counted_latency_s: dict[str, np.ndarray] = field(default_factory=dict)
+    counted_profile: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
+    counted_adapter: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
     bin_widths_s: np.ndarray = field(default_factory=lambda: np.empty(0))
     # multi-token chunks and reasoning (schema 6; empty for older runs where unknown)
     itl_token_s: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -369,9 +380,10 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
     n_bins = widths.size
     tokens_per_bin = np.zeros(n_bins)
     completions_per_bin = np.zeros(n_bins)
+    end_unix = intended + np.nan_to_num(e2e_all, nan=np.inf)
+    inside = np.zeros(table.num_rows, dtype=bool)
     if window_start is not None:
         span_end = window_start + span_s
-        end_unix = intended + np.nan_to_num(e2e_all, nan=np.inf)
         inside = ok & (end_unix >= window_start) & (end_unix < span_end)
         index = np.minimum((end_unix[inside] - window_start) // bin_s, n_bins - 1).astype(int)
         np.add.at(completions_per_bin, index, 1.0)
@@ -382,6 +394,10 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
     reused = int(plan_index.size - np.unique(plan_index).size)
     failed_rows = np.flatnonzero(measured & ~ok)
     kinds = Counter(failure_kinds(table, failed_rows))
+    latency_all = {"ttft": ttft_all, "tpot": tpot_all, "e2e": e2e_all,
+                   "ttft_answer": ttft_answer_all, "reasoning_time": reasoning_time_all}
+    counted = np.flatnonzero(inside)
+    counted = counted[np.argsort(end_unix[counted], kind="stable")]
     return RunSeries(
         ttft_s=ttft, itl_s=itl, tpot_s=tpot_all[tpot_mask], e2e_s=floats("e2e_s", good),
         send_lag_s=floats("send_lag_s", measured), window_start_unix_s=window_start,
@@ -395,10 +411,11 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
             good & ~table.column("output_tokens").is_valid().to_numpy(zero_copy_only=False))),
         output_tokens=floats("output_tokens", good),
         measured_ok=ok[measured], measured_send_unix_s=intended[measured],
-        measured_latency_s={"ttft": ttft_all[measured], "tpot": tpot_all[measured],
-                            "e2e": e2e_all[measured], "ttft_answer": ttft_answer_all[measured],
-                            "reasoning_time": reasoning_time_all[measured]},
+        measured_latency_s={name: values[measured] for name, values in latency_all.items()},
         measured_profile=_profiles(table)[measured], rate_span_s=span_s, bin_widths_s=widths,
+        counted_end_unix_s=end_unix[counted],
+        counted_latency_s={name: values[counted] for name, values in latency_all.items()},
+        counted_profile=_profiles(table)[counted], counted_adapter=_adapters(table)[counted],
         itl_token_s=itl_token, ttft_answer_s=ttft_answer_all[good & answered],
         reasoning_time_s=reasoning_time_all[reasoned], stream=facts)
 
@@ -450,7 +467,7 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
         error_rate=rate_estimate(series.failed, series.requests, confidence),
         output_tokens_per_s=span_rate_estimate(series.output_tokens_per_bin, widths,
                                                confidence),
-        requests_per_s=span_rate_estimate(series.completions_per_bin, widths, confidence),
+        requests_per_s=completion_rate(series, confidence),
         send_lag_p99_s=float(np.percentile(lag, 99)) if lag.size else None,
         send_lag_p50_s=float(np.percentile(lag, 50)) if lag.size else None,
         client_send_lag_p99_s=(float(np.percentile(client_lag, 99)) if client_lag.size
@@ -459,6 +476,21 @@ def summarize(series: RunSeries, confidence: float = 0.95) -> RunSummary:
         sent_per_s=series.requests / span_s if span_s else 0.0,
         window_s=series.window_s, errors_by_kind=series.errors_by_kind,
         warnings=tuple(warnings), rate_span_s=span_s, stream=facts)
+
+
+def completion_rate(series: RunSeries, confidence: float = 0.95) -> Estimate:
+    """Request throughput: `span_rate_estimate` of the completions per bin, its value the
+    count of counted requests over the span (`len(counted_end_unix_s) / sum(bin widths)`,
+    the very float goodput scales by, so goodput <= it holds exactly, not to a rounding of
+    count/width*width); a series without counted rows keeps the per-bin value."""
+    widths = series.bin_widths()
+    estimate = span_rate_estimate(series.completions_per_bin, widths, confidence)
+    if series.counted_end_unix_s is None or estimate.value is None:
+        return estimate
+    value = series.counted_end_unix_s.size / float(widths.sum())
+    low = None if estimate.ci_low is None else min(estimate.ci_low, value)
+    high = None if estimate.ci_high is None else max(estimate.ci_high, value)
+    return dataclasses.replace(estimate, value=value, ci_low=low, ci_high=high)
 
 
 def measured_profiles(table: pa.Table) -> list[str]:
@@ -522,9 +554,13 @@ def measured_adapters(table: pa.Table) -> np.ndarray:
         table = table.sort_by(ROW_ORDER)
     measured = np.asarray(pc.equal(table.column("phase"), "measure").fill_null(False)
                           .to_numpy(zero_copy_only=False), dtype=bool)
-    if "adapter" not in table.column_names:
-        return np.full(int(measured.sum()), "", dtype=object)
-    names: np.ndarray = np.asarray(
-        table.column("adapter").fill_null("").to_numpy(zero_copy_only=False), dtype=object)
-    adapters: np.ndarray = names[measured]
+    adapters: np.ndarray = _adapters(table)[measured]
     return adapters
+
+
+def _adapters(table: pa.Table) -> np.ndarray:
+    """Each row's traffic.lora name ("" without one), in the table's order."""
+    if "adapter" not in table.column_names:
+        return np.full(table.num_rows, "", dtype=object)
+    return np.asarray(table.column("adapter").fill_null("").to_numpy(zero_copy_only=False),
+                      dtype=object)

@@ -68,7 +68,9 @@ class RunRates:
     """The rates a run's summary.json reports, read back typed (what `vllm-slo tune` ranks
     its candidates by); summary.json holds them (RunSummaryDocument)."""
 
-    goodput: ReportedEstimate  # requests per second that met every per-request latency SLO
+    # requests per second, of those requests_per_s counts, that met every per-request latency
+    # SLO, over the same span (rate_span_s): never above requests_per_s
+    goodput: ReportedEstimate
     output_tokens_per_s: ReportedEstimate
     requests_per_s: ReportedEstimate
 
@@ -271,7 +273,9 @@ class RunSummaryDocument(EchoesScenario):
     requests_per_s: ReportedEstimate = json_field(group="throughput")
     # the seconds the rates are over: the window, or less for a run cut short
     rate_span_s: float = json_field(group="throughput")
-    goodput: ReportedEstimate = json_field(group="goodput", key="requests_per_s")  # req/s
+    # req/s: the requests requests_per_s counts that met every per-request SLO, over the same
+    # rate_span_s (analysis/verdicts.goodput), so never above requests_per_s
+    goodput: ReportedEstimate = json_field(group="goodput", key="requests_per_s")
     goodput_counts: str = json_field(group="goodput", key="counts")  # which requests counted
     send_lag_p99_s: float | None
     traffic: TrafficFacts

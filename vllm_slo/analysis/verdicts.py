@@ -186,28 +186,46 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
 
 def goodput(rules: Sequence[SloRule], series: RunSeries, confidence: float = 0.95,
             measured_adapter: np.ndarray | None = None) -> tuple[Estimate, str]:
-    """Requests per second that succeeded and met every per-request latency SLO threshold
-    (ttft, tpot, e2e rules with < or <=; ITL is per gap, not per request), with a CI. A
-    part's rule (`slo.by_profile`) holds its own part's requests to it, no others; so does an
-    adapter's (`slo.by_adapter`), by `measured_adapter` (`run_metrics.measured_adapters`)."""
-    met = series.measured_ok.copy()
+    """Requests per second that met every per-request latency SLO threshold (ttft, tpot, e2e
+    rules with < or <=; ITL is per gap, not per request), among the requests request
+    throughput counts (successful, completed inside the rate span: `RunSeries.counted_*`),
+    over the same span: goodput <= request throughput by construction. A part's rule
+    (`slo.by_profile`) holds its own part's requests to it, no others; so does an adapter's
+    (`slo.by_adapter`), by each counted request's adapter (`RunSeries.counted_adapter`;
+    `measured_adapter` is read only for a series built without rows, where it is aligned
+    with the `measured_*` arrays)."""
+    counted = series.counted_end_unix_s is not None
+    if counted:
+        met = np.ones(series.counted_latency_s["e2e"].size, dtype=bool)
+        latency, profile = series.counted_latency_s, series.counted_profile
+        adapter: np.ndarray | None = series.counted_adapter
+    else:
+        met = series.measured_ok.copy()
+        latency, profile, adapter = (series.measured_latency_s, series.measured_profile,
+                                     measured_adapter)
     criteria = []
     for rule in rules:
         if rule.metric in PER_REQUEST_LATENCY_METRICS and rule.comparator in ("<", "<="):
-            values = series.measured_latency_s[rule.metric]
+            values = latency[rule.metric]
             with np.errstate(invalid="ignore"):
                 within = values < rule.threshold if rule.comparator == "<" else (
                     values <= rule.threshold)
             if rule.profile is not None:
-                within |= series.measured_profile != rule.profile
+                within |= profile != rule.profile
             if rule.adapter is not None:
-                others = (np.ones(met.size, dtype=bool) if measured_adapter is None
-                          else measured_adapter != rule.adapter)
+                others = (np.ones(met.size, dtype=bool) if adapter is None
+                          else adapter != rule.adapter)
                 within |= others
             met &= within
             part = f"{rule.part} " if rule.part else ""
             criteria.append(f"{part}{rule.metric} {rule.comparator} {rule.threshold:g}s")
-    estimate = goodput_estimate(met, series.measured_send_unix_s, series.window_s, confidence)
+    if counted:
+        assert series.counted_end_unix_s is not None
+        span_s = float(series.bin_widths().sum())  # the float request throughput divides by
+        estimate = goodput_estimate(met, series.counted_end_unix_s, span_s, confidence)
+    else:
+        estimate = goodput_estimate(met, series.measured_send_unix_s, series.window_s,
+                                    confidence)
     described = ("successful requests meeting " + " and ".join(criteria) if criteria
                  else "successful requests (no per-request latency SLO declared)")
     return estimate, described
