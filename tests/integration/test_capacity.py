@@ -30,8 +30,9 @@ def _checked(folder: Path) -> dict:
 
 
 def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None:
-    # far-apart ends and a 100% tolerance: every step is decided far from the crossing
-    # (2 under; 30 over, its queue growing; 7.7 under; 15.2 over), so the bracket must hold it
+    # far-apart ends and a 100% tolerance (2 under; 30 over, its queue growing; then 7.7, which
+    # at steps decided at 0.99 may stay near and split the bracket): the interval must hold
+    # the crossing whether the search brackets it (exit 0) or ends undecided around it (3)
     step_summary = tmp_path / "step-summary.md"  # GitHub Actions' $GITHUB_STEP_SUMMARY
     with standin_server("--max-concurrency", "8", "--ttft", "0.05", "--itl", "0.01") as url:
         result = run_cli([
@@ -42,7 +43,7 @@ def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None
             "capacity.low=2", "capacity.high=30", "capacity.tolerance=100%",
             "capacity.budget=10m"], tmp_path / "runs", timeout_s=900,
             env={**cli_env(), "GITHUB_STEP_SUMMARY": str(step_summary)})
-    assert result.returncode == 0, result.output
+    assert result.returncode in (0, 3), result.output
     # the search's summary once, not one per step
     assert step_summary.read_text().count("## Capacity") == 1, step_summary.read_text()
     assert step_summary.read_text().startswith("## Capacity")
@@ -51,14 +52,14 @@ def test_the_interval_covers_the_standins_known_capacity(tmp_path: Path) -> None
     low, high = data["capacity"]["interval"]
     assert low <= TRUE_CROSSING_REQ_S <= high, data["capacity"]
     assert data["limiting_slo"] == "ttft p90 < 500ms"
-    assert data["status"] == "bracketed"
+    assert data["status"] == ("bracketed" if result.returncode == 0 else "undecided"), data
     outcomes = {step["load"]: step["outcome"] for step in data["steps"]}
     assert outcomes[2] == "under" and outcomes[30] == "over", outcomes
     over = next(step for step in data["steps"] if step["load"] == 30)
     assert not over["stability"]["stable"], over["stability"]  # the queue grew
     assert "step 30 req/s" in result.output  # a line as each step ends
     again = run_cli(["report", str(result.run_dir)], tmp_path / "runs")
-    assert again.returncode == 0, again.output
+    assert again.returncode == result.returncode, again.output
     assert "capacity" in again.output
 
 
@@ -84,7 +85,7 @@ def test_a_model_name_the_server_does_not_list_is_exit_2_and_leaves_no_folder(
         tmp_path: Path) -> None:
     with standin_server("--model", "standin") as url:
         result = run_cli(["capacity", "scenario=capacity-cpu", f"server.url={url}",
-                          "server.served_model_name=nope", "traffic.duration=5s"],
+                          "server.served_model_name=nope"],
                          tmp_path / "runs", timeout_s=120)
     assert result.returncode == 2, result.output
     assert "server.served_model_name = 'nope'" in result.output
