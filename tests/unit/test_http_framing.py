@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_http_stream import ScriptedSocket
 from vllm_slo.loadtests.openai_stream import interpret
 from vllm_slo.transport import http_stream, sse
 from vllm_slo.transport.http_stream import (
@@ -32,31 +33,6 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 def _json_response(body: bytes, extra: bytes = b"") -> bytes:
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body)
-
-
-class FakeSocket:
-    """A connection: `pieces` are what recv returns in turn (an exception is raised), then
-    b'' (closed); `send_error` is raised by sendall."""
-
-    def __init__(self, pieces: list[bytes | Exception], send_error: Exception | None = None):
-        self.pieces = list(pieces)
-        self.send_error = send_error
-        self.sent = b""
-        self.closed = False
-
-    def sendall(self, data: bytes) -> None:
-        if self.send_error is not None:
-            raise self.send_error
-        self.sent += data
-
-    def recv(self, _limit: int) -> bytes:
-        piece = self.pieces.pop(0) if self.pieces else b""
-        if isinstance(piece, Exception):
-            raise piece
-        return piece
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def _feed_split(raw: bytes, at: int) -> ResponseParser:
@@ -86,7 +62,7 @@ def test_an_interim_response_does_not_desync_a_keep_alive_connection() -> None:
     body (the 103 taken as final made the second read the first's answer)."""
     first, second = _json_response(b'{"n":1}'), _json_response(b'{"n":2}')
     client = HttpStreamClient("http://127.0.0.1:1")
-    client._sock = FakeSocket([EARLY_HINTS + first, second])
+    client._sock = ScriptedSocket([EARLY_HINTS + first, second])
     assert client.request("POST", "/x", b"{}").body == b'{"n":1}'
     assert client.request("POST", "/x", b"{}").body == b'{"n":2}'
 
@@ -108,7 +84,7 @@ def test_101_and_endless_interim_responses_are_errors() -> None:
                                   b"HTTP/1.1 +20 X"])
 def test_a_bad_status_line_is_a_transport_error_row(line: bytes) -> None:
     client = HttpStreamClient("http://127.0.0.1:1")
-    client._sock = FakeSocket([line + b"\r\nContent-Length: 0\r\n\r\n"])
+    client._sock = ScriptedSocket([line + b"\r\nContent-Length: 0\r\n\r\n"])
     response = client.request("POST", "/v1/completions", b"{}")
     assert response.transport_error is not None
     assert response.transport_error.startswith("ValueError: bad status line")
@@ -121,11 +97,11 @@ def test_a_reset_before_any_byte_on_a_reused_connection_is_retried_once(
         failure: Exception | bytes) -> None:
     raw = (DATA / "vllm_chat_stream.bin").read_bytes()
     client = HttpStreamClient("http://127.0.0.1:1")
-    stale = FakeSocket([failure])
-    fresh = FakeSocket([raw])
-    connects: list[FakeSocket] = []
+    stale = ScriptedSocket([failure])
+    fresh = ScriptedSocket([raw])
+    connects: list[ScriptedSocket] = []
 
-    def connect() -> FakeSocket:
+    def connect() -> ScriptedSocket:
         connects.append(fresh)
         return fresh
     client._sock = stale
@@ -141,8 +117,8 @@ def test_a_reset_before_any_byte_on_a_reused_connection_is_retried_once(
 def test_a_broken_pipe_while_sending_on_a_reused_connection_is_retried_once() -> None:
     raw = (DATA / "vllm_chat_stream.bin").read_bytes()
     client = HttpStreamClient("http://127.0.0.1:1")
-    client._sock = FakeSocket([], send_error=BrokenPipeError(32, "Broken pipe"))
-    fresh = FakeSocket([raw])
+    client._sock = ScriptedSocket([], send_error=BrokenPipeError(32, "Broken pipe"))
+    fresh = ScriptedSocket([raw])
     client._connect = lambda: fresh
     response = client.request("POST", "/v1/chat/completions", b"{}")
     assert response.status == 200 and response.transport_error is None
@@ -153,26 +129,26 @@ def test_no_retry_on_a_new_connection_nor_after_a_byte_nor_twice() -> None:
     client = HttpStreamClient("http://127.0.0.1:1")
     connects = []
 
-    def reset_connection() -> FakeSocket:
+    def reset_connection() -> ScriptedSocket:
         connects.append(1)
-        return FakeSocket([ConnectionResetError(104, "Connection reset by peer")])
+        return ScriptedSocket([ConnectionResetError(104, "Connection reset by peer")])
     client._connect = reset_connection
     before = READ_COUNTERS.keepalive_retries
     response = client.request("POST", "/x", b"{}")
     assert response.transport_error == "ConnectionResetError: [Errno 104] Connection reset by peer"
     assert len(connects) == 1
     # a reused connection reset after the status line arrived: the server had it
-    client._sock = FakeSocket([b"HTTP/1.1 200 OK\r\n", ConnectionResetError(104, "reset")])
+    client._sock = ScriptedSocket([b"HTTP/1.1 200 OK\r\n", ConnectionResetError(104, "reset")])
     response = client.request("POST", "/x", b"{}")
     assert response.transport_error == "ConnectionResetError: [Errno 104] reset"
     assert len(connects) == 1
     # a reused connection reset, then the fresh one reset as well: one retry only
-    client._sock = FakeSocket([ConnectionResetError(104, "reset")])
+    client._sock = ScriptedSocket([ConnectionResetError(104, "reset")])
     response = client.request("POST", "/x", b"{}")
     assert response.transport_error is not None and len(connects) == 2
     assert interpret(response, "chat", 0.0).status == "transport_error"
     # a timeout is never retried (the server may be working on it)
-    client._sock = FakeSocket([TimeoutError("timed out")])
+    client._sock = ScriptedSocket([TimeoutError("timed out")])
     response = client.request("POST", "/x", b"{}")
     assert response.transport_error == "TimeoutError: timed out" and len(connects) == 2
     assert READ_COUNTERS.keepalive_retries == before + 1
@@ -182,7 +158,7 @@ def test_a_non_streamed_body_over_the_cap_is_a_named_failure_row() -> None:
     client = HttpStreamClient("http://127.0.0.1:1")
     head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
             + str(MAX_BODY_BYTES + 1).encode() + b"\r\n\r\n")
-    client._sock = FakeSocket([head + b"{" * 1000])
+    client._sock = ScriptedSocket([head + b"{" * 1000])
     response = client.request("POST", "/v1/completions", b"{}")
     assert response.transport_error is not None
     assert response.transport_error.startswith("ResponseTooLarge: a non-streamed body over "

@@ -190,13 +190,19 @@ def test_parser_counts_reads_and_events_for_the_monitor() -> None:
 
 
 class ScriptedSocket(PiecewiseSocket):
-    """A connection the client already holds (keep-alive): records what was sent."""
+    """A connection the client already holds (keep-alive): `pieces` are what recv returns in
+    turn (an exception is raised), then b'' (closed); records what was sent; `send_error` is
+    raised by sendall."""
 
-    def __init__(self, pieces: list[bytes | Exception]):
+    def __init__(self, pieces: list[bytes | Exception], send_error: Exception | None = None):
         self.pieces = list(pieces)
+        self.send_error = send_error
         self.sent = b""
+        self.closed = False
 
     def sendall(self, data: bytes) -> None:
+        if self.send_error is not None:
+            raise self.send_error
         self.sent += data
 
     def recv(self, _limit: int) -> bytes:
@@ -204,6 +210,9 @@ class ScriptedSocket(PiecewiseSocket):
         if isinstance(piece, Exception):
             raise piece
         return piece
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def test_a_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> None:
