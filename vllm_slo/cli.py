@@ -247,6 +247,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--margin", type=_percent, default=0.05,
                       help="the gate's non-inferiority margin (default 5%%)")
     sub.add_parser("scenarios", help="list the shipped scenarios")
+    worker = sub.add_parser("worker", help="lend this host's Locust worker to a run with "
+                            "traffic.remote_workers (needs only the master's address)")
+    worker.add_argument("--master", required=True, metavar="HOST:PORT",
+                        help="the master's address, as the run prints it")
+    worker.add_argument("--token", default=os.environ.get("VLLM_SLO_RUN_TOKEN", ""),
+                        help="the run's token, as the run prints it (default: "
+                             "$VLLM_SLO_RUN_TOKEN)")
     imports = sub.add_parser("import", help="import results of other tools as run folders")
     kinds = imports.add_subparsers(dest="kind", required=True)
     bench = kinds.add_parser(
@@ -289,6 +296,11 @@ def _dispatch(options: argparse.Namespace, say: Writer) -> int:
         return command_tune(options.arguments, options.resume, options.runs_dir, say)
     if options.command == "capacity":
         return command_capacity(options.arguments, options.resume, options.runs_dir, say)
+    if options.command == "worker":
+        from vllm_slo.loadtests.locust_launcher import exec_worker
+
+        exec_worker(options.master, options.token)  # returns only when it could not start
+        return ExitCode.USAGE_ERROR
     if options.command == "scenarios":
         say("\n".join(shipped_scenarios()))
         return ExitCode.PASS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import os
+import secrets
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +22,6 @@ import yaml
 from vllm_slo.analysis.outages import table_outages
 from vllm_slo.loadtests.arrivals import arrival_offsets_s
 from vllm_slo.loadtests.locust_launcher import (
-    REMOTE_WORKERS_WAIT_S,
     resolve_workers,
     run_locust,
     worker_argv,
@@ -47,6 +47,7 @@ from vllm_slo.reports.samples import consolidate, read_streams, stream_files
 from vllm_slo.run_folder.file_writes import unique_folder
 from vllm_slo.run_folder.locust_config import LocustConfig
 from vllm_slo.run_folder.provenance import Provenance
+from vllm_slo.run_folder.remote_workers import RemoteWorkers
 from vllm_slo.run_folder.run_files import (
     PLAN_FILE,
     SCENARIO_FILE,
@@ -517,13 +518,14 @@ def _traffic_phase(trial: _Trial, served: _Served,
     say(f"traffic: {traffic.profile}, {shape}, warm-up {traffic.warmup_s:g}s + "
         f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
         f"{workers} Locust worker process{'es' if workers > 1 else ''}")
-    if traffic.remote_workers:
+    run_token = None
+    if traffic.remote_workers:  # issued per run, printed here, never written to the folder
+        run_token = secrets.token_urlsafe(18)
         host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
             else "<this host>"
         say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "
-            f"{REMOTE_WORKERS_WAIT_S:.0f}s); on each worker host, with the run folder "
-            f"at the same path (shared file system), run:\n  "
-            + " ".join(worker_argv(run_dir, traffic, host)))
+            f"{traffic.remote_workers_wait_s:g}s); on each worker host (the suite installed, "
+            f"nothing else), run:\n  " + " ".join(worker_argv(traffic, host, run_token)))
 
     def abort() -> str | None:  # the scenario's abort_on, on the rows flushed so far
         if scenario.abort_on.error_rate is None:
@@ -535,7 +537,8 @@ def _traffic_phase(trial: _Trial, served: _Served,
     # live progress: a refreshing line on a terminal, a line every 30 s in CI logs
     locust = run_locust(run_dir, server.base_url, traffic, workers, server.failure, show,
                         progress_interval_s=5.0 if interactive else 30.0, abort=abort,
-                        start_at_unix_s=start_at_unix_s, cores=load.cores)
+                        start_at_unix_s=start_at_unix_s, cores=load.cores,
+                        run_token=run_token)
     if locust.aborted:
         status.aborted = locust.aborted
         say(f"aborted: {locust.aborted}")
@@ -543,6 +546,34 @@ def _traffic_phase(trial: _Trial, served: _Served,
     status.warnings.extend(recorder.warnings)
     status.server_failure = server.failure()
     status.load_generator_failure = locust.failure
+    if traffic.remote_workers:
+        _remote_workers_outcome(trial)
+
+
+def _remote_workers_outcome(trial: _Trial) -> None:
+    """What the master saw of its remote workers (remote_workers.json): per worker its rows
+    in the provenance (summary.json), the strays it turned away named, and any worker that
+    never joined or was lost makes the run invalid (the load asked was not the load sent)."""
+    traffic, say, status, record = trial.traffic, trial.say, trial.record.status, trial.record
+    seen = RemoteWorkers.read(trial.run_dir) or RemoteWorkers(expected=traffic.remote_workers)
+    record.note(remote_workers=[
+        {"worker_id": w.worker_id, "host": w.host, "stripe": w.stripe, "rows": w.rows,
+         "duplicate_rows": w.duplicate_rows, "finished": w.finished,
+         **({"lost_unix_s": w.lost_unix_s, "lost_reason": w.lost_reason}
+            if w.lost_unix_s is not None else {})} for w in seen.workers])
+    say(f"remote workers: {seen.joined} of {seen.expected} joined; rows " + (", ".join(
+        f"{w.worker_id} {w.rows}" for w in seen.workers) or "none"))
+    for stray in seen.strays:
+        say(f"remote workers: {stray.worker_id} {stray.reason}")
+    problems = seen.problems()
+    if seen.joined < seen.expected:
+        problems[0] += f" within {traffic.remote_workers_wait_s:g}s"
+    for problem in problems:
+        say(f"invalid: {problem}")
+    if problems:
+        status.load_generator_failure = "; ".join(
+            [*problems, *([status.load_generator_failure] if status.load_generator_failure
+                          else [])])
 
 
 def _collect_phase(trial: _Trial) -> None:

@@ -15,7 +15,8 @@ Locust users share; process groups, CPU affinity, ports) imports nothing of the 
 the suite's own modules is absolute and spelled `vllm_slo.<package>...` (one import path per
 module), and only the locustfiles and the Locust users (vllm_slo/loadtests/users.py, and the
 greenlets they run: the self-monitor, client_monitor.py, the reader pump, reader_pump.py; and
-locust_quirks.py, which the users install) import locust or gevent. Checked statically on the
+locust_quirks.py, which the users install; remote_channel.py, their channel to a remote
+master) import locust or gevent. Checked statically on the
 source.
 """
 
@@ -50,7 +51,7 @@ LOCUST_NAMES = ("locust", "gevent")
 # greenlets the locustfiles run (the self-monitor and the reader pump), and their workarounds
 # for Locust itself (installed by the locustfile)
 LOCUST_SIDE_MODULES = ("users.py", "client_monitor.py", "reader_pump.py", "locust_quirks.py",
-                       "memory_trace.py")
+                       "memory_trace.py", "remote_channel.py")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S
 from vllm_slo.loadtests.arrow_memory import locust_environment
+from vllm_slo.loadtests.remote_rows import TOKEN_ENV
 from vllm_slo.resources import user_folder
 from vllm_slo.run_folder.run_files import LOCUST_LOG_FILE
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.transport.processes import free_loopback_port, start_guarded, stop_process_group
 
@@ -27,7 +30,6 @@ from vllm_slo.transport.processes import free_loopback_port, start_guarded, stop
 LOCUSTFILE = user_folder("loadtests") / "locustfile.py"
 STAGES_LOCUSTFILE = user_folder("loadtests") / "locustfile_stages.py"
 STARTUP_ALLOWANCE_S = 120.0
-REMOTE_WORKERS_WAIT_S = 300.0  # the master gives up when the remote workers are not all there
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
                  "--run-time", f"{math.ceil(traffic.total_s)}s"]
     if traffic.remote_workers:
         argv += ["--master", "--expect-workers", str(traffic.remote_workers),
-                 "--expect-workers-max-wait", f"{REMOTE_WORKERS_WAIT_S:.0f}",
+                 "--expect-workers-max-wait", f"{math.ceil(traffic.remote_workers_wait_s)}",
                  "--master-bind-host", traffic.master_bind,
                  "--master-bind-port", str(traffic.master_port)]
     argv += ["--stop-timeout", f"{math.ceil(traffic.stop_timeout_s)}",
@@ -113,13 +115,51 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
     return argv
 
 
-def worker_argv(run_dir: Path, traffic: TrafficSpec, master_host: str) -> list[str]:
-    """What to run on each host that lends a worker to a `remote_workers` run (one worker
-    process; `--processes K` on it would count as K of the expected workers)."""
-    closed_stages = traffic.arrival.kind == "stages" and not traffic.arrival.open_loop
-    return ["locust", "-f", str(STAGES_LOCUSTFILE if closed_stages else LOCUSTFILE),
-            "--worker", "--master-host", master_host, "--master-port",
-            str(traffic.master_port), "--vllm-slo-run-dir", str(run_dir.resolve())]
+def worker_argv(traffic: TrafficSpec, master_host: str, token: str) -> list[str]:
+    """What to run on each host that lends a worker to a `remote_workers` run: one worker
+    process that needs only the suite installed and the master's address (`--processes K` on
+    it would count as K of the expected workers)."""
+    return ["vllm-slo", "worker", "--master", f"{_bracketed(master_host)}:{traffic.master_port}",
+            "--token", token]
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+_ADDRESS = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d{1,5})$")
+
+
+def parse_master_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:5557` for IPv6) as (host, port); a ScenarioError says what is
+    wrong (exit 2)."""
+    match = _ADDRESS.match(text.strip())
+    port = int(match.group("port")) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ScenarioError(f"--master {text!r}: expected HOST:PORT (e.g. 10.0.0.5:5557, "
+                            f"[::1]:5557), the port 1-65535")
+    return match.group("v6") or match.group("host"), port
+
+
+def worker_locust_argv(master_host: str, master_port: int) -> list[str]:
+    """The `locust --worker` command `vllm-slo worker` runs: the suite's locustfile, no run
+    folder (the master sends the config and plan; the token is in its environment)."""
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+            "--master-host", master_host, "--master-port", str(master_port),
+            "--loglevel", "WARNING"]
+
+
+def exec_worker(master: str, token: str) -> None:
+    """Become the Locust worker (exec: signals such as a pod's SIGTERM reach Locust itself,
+    and its exit status is the command's): 3 when the master refused it."""
+    if not token:
+        raise ScenarioError(f"vllm-slo worker: the run token is required (--token, or "
+                            f"{TOKEN_ENV}); the master's terminal prints it")
+    host, port = parse_master_address(master)
+    argv = worker_locust_argv(host, port)
+    env = {**locust_environment(os.environ), TOKEN_ENV: token}
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)
 
 
 def run_locust(
@@ -134,22 +174,26 @@ def run_locust(
     abort_interval_s: float = 2.0,
     start_at_unix_s: float | None = None,
     cores: tuple[int, ...] | None = None,
+    run_token: str | None = None,
 ) -> LocustResult:
     """Run Locust to its end (or until the server dies, the hard deadline passes or `abort`
-    says why to stop); `cores`: the cores its processes are confined to (None: anywhere)."""
+    says why to stop); `cores`: the cores its processes are confined to (None: anywhere);
+    `run_token`: a remote-worker run's token (in the master's environment only)."""
     run_dir = run_dir.resolve()  # Locust runs in the run folder: every path it gets is absolute
     log_path = run_dir / LOCUST_LOG_FILE
     planned_s = traffic.total_s
     gate_wait_s = max(0.0, start_at_unix_s - time.time()) if start_at_unix_s else 0.0
     hard_deadline_s = planned_s + traffic.stop_timeout_s + STARTUP_ALLOWANCE_S + gate_wait_s + (
-        REMOTE_WORKERS_WAIT_S if traffic.remote_workers else 0.0)
+        traffic.remote_workers_wait_s if traffic.remote_workers else 0.0)
     with open(log_path, "ab") as log:  # behind a lifeline: Locust ends with the suite, however
         # it ends; its cores set before it forks its --processes workers (they inherit them)
         process = start_guarded(
             locust_argv(run_dir, base_url, traffic, workers, free_loopback_port(),
                         start_at_unix_s), cores,
             stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, cwd=run_dir, env=locust_environment(os.environ))
+            stdin=subprocess.DEVNULL, cwd=run_dir, env={
+                **locust_environment(os.environ),
+                **({TOKEN_ENV: run_token} if run_token else {})})
     started = time.monotonic()
     next_progress = started + progress_interval_s
     next_abort_check = started + abort_interval_s

@@ -164,13 +164,15 @@ def write_plan(plan: RequestPlan, path: Path) -> None:
     pq.write_table(table, path, compression="zstd")
 
 
-def read_plan(path: Path) -> RequestPlan:
-    """Read a plan written by `write_plan`; its sha256 is checked against its requests."""
+def read_plan(source: Path | bytes) -> RequestPlan:
+    """Read a plan written by `write_plan` (its file, or the file's bytes as a remote worker
+    gets them); its sha256 is checked against its requests."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
+    path = Path("<the master's plan>") if isinstance(source, bytes) else Path(source)
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(pa.BufferReader(source) if isinstance(source, bytes) else path)
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: not a readable request plan ({error})") from error
     raw = (table.schema.metadata or {}).get(PLAN_METADATA_KEY)

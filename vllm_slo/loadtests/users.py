@@ -41,11 +41,13 @@ from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
 from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
+from vllm_slo.loadtests.remote_channel import MasterChannel, WorkerChannel
+from vllm_slo.loadtests.remote_rows import SEND_ROWS_AT, TOKEN_ENV, Setup
 from vllm_slo.loadtests.request_rows import request_row
 from vllm_slo.loadtests.wall_clock import WallClock
 from vllm_slo.run_folder.locust_config import LocustConfig
 from vllm_slo.run_folder.run_files import PLAN_FILE
-from vllm_slo.run_folder.samples_format import SAMPLES_DIR, SampleWriter
+from vllm_slo.run_folder.samples_format import SAMPLES_DIR, RowBatcher, SampleWriter
 from vllm_slo.scenarios.plugins import load_plugins
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.transport.http_stream import READ_COUNTERS, HttpStreamClient
@@ -58,6 +60,7 @@ FLUSH_INTERVAL_S = 1.0
 BACKOFF_FIRST_S = 0.05  # closed loop, after a request got no response at all: doubling waits
 BACKOFF_MAX_S = 2.0
 LATE_CLAIM_S = 0.001  # an arrival claimed later than this after its time waited for a slot
+SETUP_WAIT_S = 60.0  # a remote worker's users wait this long for the master's setup
 
 locust_quirks.install()  # Locust's stop must not block the loop (locust_quirks.py)
 arrow_memory.use_system_allocator()  # flat memory over long runs (arrow_memory.py)
@@ -77,7 +80,9 @@ class _Run:
         self.conversations: list[list[int]] = []
         self.process_index = 0
         self.process_count = 1
-        self.writer: SampleWriter | None = None
+        self.writer: RowBatcher | None = None  # a SampleWriter, or rows for the master
+        self.channel: WorkerChannel | None = None  # a remote worker: the master's channel
+        self.request_id_prefix = ""  # a remote worker: its stripe (ids unique across hosts)
         self.flusher: gevent.Greenlet | None = None
         self.monitor = ClientMonitor()
         self.wall_clock = WallClock()
@@ -97,14 +102,27 @@ class _Run:
         self.traffic = config.traffic
         if not runs_users:  # a --processes master: it only needs the traffic (load shapes)
             return
+        self._take(config, read_plan(run_dir / PLAN_FILE), worker_index % config.process_count)
+
+    def configure_remote(self, setup: Setup) -> None:
+        """A remote worker: the config, plan and stripe the master sent (nothing read from
+        disk); its request ids carry its stripe, unique across hosts."""
+        self.traffic = setup.config.traffic
+        self.request_id_prefix = f"s{setup.stripe}-"
+        self._take(setup.config, read_plan(setup.plan_bytes), setup.stripe)
+        gc.collect()
+        gc.freeze()
+
+    def _take(self, config: LocustConfig, plan: RequestPlan, process_index: int) -> None:
+        assert self.traffic is not None
         self.model_id = config.model_id
         if self.traffic.lora:
             self.lora = LoraSplit(self.traffic.lora, self.traffic.seed)
         key_env = config.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
         self.process_count = config.process_count
-        self.process_index = worker_index % self.process_count
-        self.plan = read_plan(run_dir / PLAN_FILE)
+        self.process_index = process_index
+        self.plan = plan
         by_conversation: dict[int, list[int]] = {}
         for position, request in enumerate(self.plan.requests):
             by_conversation.setdefault(request.conversation_id, []).append(position)
@@ -125,7 +143,7 @@ class _Run:
 
     def _start_monitoring(self) -> None:
         """The lag timer and the once-a-second flusher/recorder (users' processes only)."""
-        if self.flusher is None and self.run_dir is not None:
+        if self.flusher is None and (self.run_dir is not None or self.channel is not None):
             self.monitor.start()
             self.flusher = gevent.spawn(self._flush_forever)
 
@@ -155,12 +173,13 @@ class _Run:
         """Keep one request's row; rows reach disk within about a second, flushed by a
         background greenlet and, should it be starved, by the next row after the interval."""
         if self.writer is None:
-            assert self.run_dir is not None
-            self.writer = SampleWriter(self._new_samples_path())
+            self.writer = (RowBatcher() if self.channel is not None
+                           else SampleWriter(self._new_samples_path()))
             self.last_flush_perf_s = time.perf_counter()
             self._start_monitoring()
         self.writer.append(row)
-        if time.perf_counter() - self.last_flush_perf_s > 2 * FLUSH_INTERVAL_S:
+        if (time.perf_counter() - self.last_flush_perf_s > 2 * FLUSH_INTERVAL_S
+                or (self.channel is not None and self.writer.rows_buffered >= SEND_ROWS_AT)):
             self.flush()
 
     def _new_samples_path(self) -> Path:
@@ -181,7 +200,15 @@ class _Run:
         of flushing: the next second's rows are written as ever (the writer itself never
         fails on a row's values: samples_format.SampleWriter)."""
         self.last_flush_perf_s = time.perf_counter()
-        if self.writer is None:
+        if self.channel is not None:  # a remote worker: rows (and monitor records) to the master
+            try:
+                self.channel.send([] if self.writer is None else self.writer.take_batches())
+            except Exception as exc:  # the channel broken: say so, keep going
+                print(f"vllm-slo: sending rows to the master failed: {type(exc).__name__}: "
+                      f"{exc}", file=sys.stderr, flush=True)
+            arrow_memory.release_unused()
+            return
+        if not isinstance(self.writer, SampleWriter):
             return
         try:
             self.writer.flush()
@@ -193,25 +220,36 @@ class _Run:
     def _flush_forever(self) -> None:
         """Every second: flush rows, and append the self-monitor's record of that second
         (CPU, event-loop lag, socket reads / SSE events, requests in flight) to
-        samples/client-<host>-<pid>.jsonl."""
+        samples/client-<host>-<pid>.jsonl (a remote worker: both to the master)."""
+        self.monitor.record()  # the first period starts now
+        retries = READ_COUNTERS.keepalive_retries
+
+        def next_record() -> dict[str, Any]:
+            nonlocal retries
+            record = self.monitor.record()
+            # requests re-sent on a fresh connection (their idle keep-alive one had been
+            # closed by the server: http_stream), and rows the writer had to mend or drop
+            record["keepalive_retries"] = READ_COUNTERS.keepalive_retries - retries
+            retries = READ_COUNTERS.keepalive_retries
+            if self.writer is not None:
+                record["rows_repaired"] = self.writer.rows_repaired
+                record["rows_dropped"] = self.writer.rows_dropped
+            return record
+
+        if self.channel is not None:
+            while True:
+                gevent.sleep(FLUSH_INTERVAL_S)
+                self.channel.client_records.append(next_record())
+                self.flush()
         assert self.run_dir is not None
         stats_path = (self.run_dir / SAMPLES_DIR /
                       f"client-{socket.gethostname()}-{os.getpid()}.jsonl")
         stats_path.parent.mkdir(parents=True, exist_ok=True)
-        self.monitor.record()  # the first period starts now
-        retries = READ_COUNTERS.keepalive_retries
         with open(stats_path, "a") as stats:
             while True:
                 gevent.sleep(FLUSH_INTERVAL_S)
                 self.flush()
-                record = self.monitor.record()
-                # requests re-sent on a fresh connection (their idle keep-alive one had been
-                # closed by the server: http_stream), and rows the writer had to mend or drop
-                record["keepalive_retries"] = READ_COUNTERS.keepalive_retries - retries
-                retries = READ_COUNTERS.keepalive_retries
-                if self.writer is not None:
-                    record["rows_repaired"] = self.writer.rows_repaired
-                    record["rows_dropped"] = self.writer.rows_dropped
+                record = next_record()
                 try:
                     stats.write(json.dumps(record) + "\n")
                     stats.flush()
@@ -219,14 +257,22 @@ class _Run:
                     print(f"vllm-slo: writing {stats_path} failed: {exc}", file=sys.stderr,
                           flush=True)
 
+    def finish_remote(self, complete: bool) -> None:
+        """A remote worker's end (its users done: `complete`; a SIGTERM: not): the last rows
+        and the unacknowledged batches to the master, and FINISHED when complete."""
+        if self.channel is None or self.channel.finished:
+            return
+        self.flush()
+        self.channel.finish(complete)
+
     def close(self) -> None:
         if self.flusher is not None:
             self.flusher.kill(block=False)
             self.flusher = None
         self.monitor.stop()
-        if self.writer is not None:
+        if isinstance(self.writer, SampleWriter):
             self.writer.close()
-            self.writer = None
+        self.writer = None
 
 
 RUN = _Run()
@@ -254,15 +300,43 @@ def _wait_for_start_gate(start_at_unix_s: float) -> None:
     gevent.sleep(-late_s)
 
 
+def _remote_worker(environment: Environment, token: str) -> None:
+    """A `vllm-slo worker`: everything from the master, rows back to it (remote_channel.py)."""
+    load_plugins()  # the metrics and profiles registered here (VLLM_SLO_PLUGINS)
+    RUN.channel = WorkerChannel(environment, token, RUN.configure_remote)
+
+    # added after the runner's own: on SIGTERM, runs before it tells the master it quits
+    @environment.events.quitting.add_listener  # type: ignore[untyped-decorator]
+    def _cut(**_kwargs: Any) -> None:
+        if RUN.channel is not None and not RUN.channel.finished:
+            RUN.channel.cut = True  # whatever its users still record goes too, unfinished
+            RUN.finish_remote(complete=False)
+
+    @environment.events.test_stop.add_listener  # type: ignore[untyped-decorator]
+    def _stopped(**_kwargs: Any) -> None:
+        RUN.finish_remote(complete=True)
+
+
 @events.init.add_listener  # type: ignore[untyped-decorator]
 def _configure(environment: Environment, **_kwargs: Any) -> None:
     options = environment.parsed_options
     run_dir = getattr(options, "vllm_slo_run_dir", "") if options else ""
+    token = os.environ.get(TOKEN_ENV, "")
+    if not run_dir and token and isinstance(environment.runner, WorkerRunner):
+        _remote_worker(environment, token)
+        gevent.get_hub().loop.update_now()
+        return
     if not run_dir:
-        raise SystemExit("--vllm-slo-run-dir is required (a folder with locust_config.json)")
+        raise SystemExit("--vllm-slo-run-dir is required (a folder with locust_config.json); "
+                         f"a remote worker needs {TOKEN_ENV} instead (`vllm-slo worker`)")
     master = isinstance(environment.runner, MasterRunner)
     RUN.configure(Path(run_dir), getattr(environment.runner, "worker_index", 0) or 0,
                   runs_users=not master)
+    assert RUN.traffic is not None
+    if master and RUN.traffic.remote_workers:
+        if not token:
+            raise SystemExit(f"traffic.remote_workers: the master needs {TOKEN_ENV}")
+        MasterChannel(environment, Path(run_dir), LocustConfig.read(Path(run_dir)), token)
     # the plan and everything loaded so far live for the whole run: keep them out of the
     # cyclic collector's scans (a full collection over them paused every stream for ms)
     gc.collect()
@@ -328,6 +402,10 @@ class _StreamingUser(User):
             raise StopUser()
 
     def on_start(self) -> None:
+        if RUN.channel is not None and not RUN.channel.ready.wait(SETUP_WAIT_S):
+            print(f"vllm-slo: no setup from the master within {SETUP_WAIT_S:g}s",
+                  file=sys.stderr, flush=True)
+            raise StopUser()
         assert RUN.traffic is not None
         RUN.start()
         self.user_id = RUN.next_user_id
@@ -360,7 +438,8 @@ class _StreamingUser(User):
                             request.max_tokens, traffic.ignore_eos, traffic.temperature,
                             traffic.reasoning, traffic.extra_body)
         # unique per run: process, user, the user's own request count, plan entry
-        request_id = f"{os.getpid()}-{self.user_id}-{self.requests_sent}-{request.index}"
+        request_id = (f"{RUN.request_id_prefix}{os.getpid()}-{self.user_id}-"
+                      f"{self.requests_sent}-{request.index}")
         self.requests_sent += 1
         RUN.monitor.in_flight.enter()
         timeout_s = traffic.request_timeout_s

@@ -52,6 +52,7 @@ class Provenance(BaseModel):
     core_split: dict[str, Any] | None = None
     locust_workers: int | None = None
     locust_master: str | None = None
+    remote_workers: list[dict[str, Any]] | None = None  # per worker: rows delivered, loss
     # an imported run (`vllm-slo import vllm-bench`)
     source: str | None = None
     imported_utc: str | None = None

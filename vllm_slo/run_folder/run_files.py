@@ -4,6 +4,7 @@ SCENARIO_FILE = "scenario.yaml"  # the resolved scenario (file + overrides), re-
 PROVENANCE_FILE = "provenance.json"  # vLLM version, engine args, host, git commit, seed
 STATUS_FILE = "run_status.json"  # server/load-generator failures, interruption
 LOCUST_CONFIG_FILE = "locust_config.json"  # what the Locust processes read at start
+REMOTE_WORKERS_FILE = "remote_workers.json"  # remote workers: joined, rows, losses, strays
 SERVER_LOG_FILE = "server.log"
 LOCUST_LOG_FILE = "locust.log"
 SERVER_METRICS_FILE = "server_metrics.jsonl"  # /metrics scrapes, one JSON line each

@@ -185,8 +185,10 @@ def _fit_tokens(tokens: Any) -> array[int]:
     return out
 
 
-class SampleWriter:
-    """Appends rows to an Arrow IPC stream; `flush()` writes buffered rows as one batch.
+class RowBatcher:
+    """Gathers rows into Arrow record batches in SAMPLE_SCHEMA: `append` a row, `take_batches`
+    the rows gathered so far (the buffers start afresh). `SampleWriter` writes them to a file;
+    a remote worker sends them to its master (`loadtests/remote_rows.py`).
 
     A row is a dict keyed by SAMPLE_SCHEMA's names (missing keys are null); its
     `chunk_offsets_s` is a sequence of float seconds or a numpy array (stored as float32).
@@ -200,12 +202,7 @@ class SampleWriter:
     still fail, its rows are written one by one and only the offending ones left out
     (`rows_dropped`, logged)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = ipc.new_stream(self._sink, SAMPLE_SCHEMA)
-        self.rows_written = 0
+    def __init__(self) -> None:
         self.rows_repaired = 0  # written with unfit values as null, marked failed
         self.rows_dropped = 0  # left out: its one-row batch would not build either
         self._reset()
@@ -303,9 +300,14 @@ class SampleWriter:
                               f"left out: its batch would not build ({exc})")
         return good
 
-    def flush(self) -> None:
+    @property
+    def rows_buffered(self) -> int:
+        return self._rows
+
+    def take_batches(self) -> list[pa.RecordBatch]:
+        """The rows appended since the last call, as batches (usually one); buffers reset."""
         if not self._rows:
-            return
+            return []
         try:
             batches = [self._batch()]
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -313,6 +315,25 @@ class SampleWriter:
                          "them one by one", self._rows, exc)
             batches = self._row_batches()
         self._reset()
+        return batches
+
+
+class SampleWriter(RowBatcher):
+    """Appends rows to an Arrow IPC stream; `flush()` writes buffered rows as one batch
+    (RowBatcher says how rows are checked)."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._sink = pa.OSFile(str(path), "wb")
+        self._writer = ipc.new_stream(self._sink, SAMPLE_SCHEMA)
+        self.rows_written = 0
+
+    def flush(self) -> None:
+        batches = self.take_batches()
+        if not batches:
+            return
         for batch in batches:
             self._writer.write_batch(batch)
             self.rows_written += batch.num_rows

@@ -220,8 +220,12 @@ class TrafficSpec(Frozen):
     remote_workers: int = Field(
         0, ge=0, le=4096,
         description="Locust's distributed mode across hosts: the suite runs the master only and "
-        "waits for this many `locust --worker` processes (the command is printed; each host "
-        "must see the run folder at the same path)")
+        "waits for this many `vllm-slo worker` processes (the command, with the run's token, "
+        "is printed); the plan goes to them and their rows come back over Locust's channel")
+    remote_workers_wait_s: Seconds = Field(
+        300.0, alias="remote_workers_wait", gt=0,
+        description="with remote_workers: how long the master waits for all of them to join "
+        "(fewer by then: the run is invalid, exit 4)")
     master_bind: str = Field(
         "127.0.0.1", description="with remote_workers: the address the Locust master listens "
         "on (loopback by default; give this host's address to admit other hosts)")
