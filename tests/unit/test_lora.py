@@ -24,10 +24,12 @@ from vllm_slo.analysis.run_metrics import (
 )
 from vllm_slo.analysis.verdicts import evaluate_slos, goodput
 from vllm_slo.loadtests.lora_split import LoraSplit, request_model, unserved_names
+from vllm_slo.loadtests.plan import PlannedRequest, build_plan
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA, SampleWriter
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.profile_specs import ChatSpec
 from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.servers.tiny_lora import adapter_config, module_shapes, name_seed
 from vllm_slo.servers.vllm_server import lora_engine_args, plan_launch
@@ -38,30 +40,63 @@ LORA = ['server.lora={adapters: {sql: tiny, chat: tiny}}',
 
 
 # ----------------------------------------------------------------------------- the split
-def test_the_split_draws_each_conversation_by_weight_and_keeps_it() -> None:
-    split = LoraSplit({"base": 2, "sql": 1, "chat": 1}, seed=7)
-    names = [split.name_for("chat", c) for c in range(8000)]
-    shares = {name: count / len(names) for name, count in Counter(names).items()}
-    # binomial spread at n = 8000: sd <= 0.0056; 4 sd either side
-    assert shares["base"] == pytest.approx(0.5, abs=0.023)
-    assert shares["sql"] == pytest.approx(0.25, abs=0.02)
-    assert shares["chat"] == pytest.approx(0.25, abs=0.02)
-    # deterministic: the same seed gives every conversation the same name, in any order
-    again = LoraSplit({"base": 2, "sql": 1, "chat": 1}, seed=7)
-    assert [again.name_for("chat", c) for c in reversed(range(8000))] == names[::-1]
-    other = [LoraSplit({"base": 2, "sql": 1, "chat": 1}, 8).name_for("chat", c)
-             for c in range(8000)]
-    assert 0.4 < sum(a != b for a, b in zip(names, other, strict=True)) / 8000 < 0.8
-    # a part of a mix draws apart from another part's conversation of the same number
-    long_doc = [split.name_for("long-doc", c) for c in range(8000)]
-    assert long_doc != names
+def _requests(profiles: list[str], turns: int = 2) -> list[PlannedRequest]:
+    """A plan's requests, conversation-major: conversation c of part profiles[c]."""
+    return [PlannedRequest(c * turns + t, c, t, (), 10, 4, part)
+            for c, part in enumerate(profiles) for t in range(turns)]
+
+
+def test_the_split_deals_each_conversation_by_weight_and_keeps_it() -> None:
+    weights = {"base": 2, "sql": 1, "chat": 1}
+    requests = _requests(["chat"] * 8000)
+    split = LoraSplit(weights, requests)
+    names = [split.name_for(c) for c in range(8000)]
+    # dealt: every leading part of the plan within one conversation of the weights
+    counts = Counter[str]()
+    for n, name in enumerate(names, start=1):
+        counts[name] += 1
+        for key, weight in weights.items():
+            assert abs(counts[key] - n * weight / 4) < 1, (n, key)
+    assert counts == {"base": 4000, "sql": 2000, "chat": 2000}
+    # deterministic, from the plan alone: a second split (another process) agrees; a plan
+    # that cycles or repeats a conversation keeps its name
+    again = LoraSplit(weights, [*requests, *requests[:10]])
+    assert [again.name_for(c) for c in reversed(range(8000))] == names[::-1]
+    # each part of a mix dealt on its own: alternating parts do not go in step with a 1:1 split
+    mixed = LoraSplit({"base": 1, "sql": 1}, _requests(["chat", "long-doc"] * 100))
+    for parity in (0, 1):
+        assert Counter(mixed.name_for(c) for c in range(parity, 200, 2)) == {"base": 50,
+                                                                             "sql": 50}
+
+
+def test_the_shipped_chat_scenario_splits_52_conversations_2_to_1(tiny_counter) -> None:
+    """Issue 42's measurement: `scenario=chat` with traffic.lora={base: 2, sql: 1} sent 26
+    conversations to each name (a draw); dealt, 52 conversations are 35 : 17 or 34 : 18, and
+    the split leaves the plan (and its sha256) as it was."""
+    split_overrides = ["server.lora={adapters: {sql: tiny}}", "traffic.lora={base: 2, sql: 1}"]
+    scenario, _ = load_scenario("chat", split_overrides)
+    plain, _ = load_scenario("chat", [])
+    turns = scenario.traffic.settings(ChatSpec).turns
+    plan = build_plan(scenario.traffic, tiny_counter, 2048, 52 * turns)
+    assert build_plan(plain.traffic, tiny_counter, 2048, 52 * turns).sha256 == plan.sha256
+    conversations = list(dict.fromkeys(r.conversation_id for r in plan.requests))
+    assert len(conversations) == 52
+    split = LoraSplit(scenario.traffic.lora, plan.requests)
+    for n in range(1, 53):
+        base = sum(split.name_for(c) == "base" for c in conversations[:n])
+        assert abs(base - 2 * n / 3) < 1, n
+    assert Counter(split.name_for(c) for c in conversations) in (
+        {"base": 35, "sql": 17}, {"base": 34, "sql": 18})
+    # every turn of a conversation names one model
+    assert len({(r.conversation_id, split.name_for(r.conversation_id))
+                for r in plan.requests}) == 52
 
 
 def test_only_positive_weights_and_the_model_field() -> None:
     with pytest.raises(ValueError):
-        LoraSplit({"base": 1, "sql": 0}, 0)
-    one = LoraSplit({"sql": 1}, 0)
-    assert {one.name_for("chat", c) for c in range(50)} == {"sql"}
+        LoraSplit({"base": 1, "sql": 0}, _requests(["chat"]))
+    one = LoraSplit({"sql": 1}, _requests(["chat"] * 50))
+    assert {one.name_for(c) for c in range(50)} == {"sql"}
     assert request_model("base", "tiny") == "tiny"
     assert request_model(None, "tiny") == "tiny"
     assert request_model("sql", "tiny") == "sql"

@@ -1,5 +1,5 @@
 """`traffic.profile: mix` (chat + long-doc in one run, issue 10's chunked-prefill claim): the
-plan draws each conversation from one part by weight and tags every request with it; the rows
+plan deals each conversation to one part by weight and tags every request with it; the rows
 carry the tag; summary.json, report.html and the terminal summarise each part on its own."""
 
 from __future__ import annotations
@@ -30,16 +30,19 @@ MIX = {"profile": "mix", "seed": 7, "mix": {"chat": 3, "long-doc": 1},
        "long-doc": {"min_doc_tokens": 300, "max_doc_tokens": 600, "output_tokens": 8}}
 
 
-def test_a_mix_draws_conversations_by_weight_and_tags_each_request(tiny_counter,
+def test_a_mix_deals_conversations_by_weight_and_tags_each_request(tiny_counter,
                                                                    tmp_path: Path) -> None:
     plan = build_plan(TrafficSpec.model_validate(MIX), tiny_counter, 4096, 400)
     by_conversation: dict[int, set[str]] = {}
     for request in plan.requests:
         by_conversation.setdefault(request.conversation_id, set()).add(request.profile)
     assert all(len(parts) == 1 for parts in by_conversation.values())  # one part each
-    long_docs = sum("long-doc" in parts for parts in by_conversation.values())
-    share = long_docs / len(by_conversation)
-    assert 0.15 < share < 0.35, share  # weight 1 of 4 (about 250 conversations drawn)
+    # dealt, weight 1 of 4: conversations 0..n-1 hold n/4 long documents within one, every n
+    long_docs = 0
+    for n, conversation in enumerate(sorted(by_conversation), start=1):
+        assert conversation == n - 1  # nothing rejected: the plan's conversations are 0..n-1
+        long_docs += "long-doc" in by_conversation[conversation]
+        assert abs(long_docs - n / 4) < 1, n
     for request in plan.requests:
         if request.profile == "long-doc":
             assert request.max_tokens == 8 and request.prompt_tokens >= 300

@@ -116,13 +116,13 @@ class _Run:
     def _take(self, config: LocustConfig, plan: RequestPlan, process_index: int) -> None:
         assert self.traffic is not None
         self.model_id = config.model_id
-        if self.traffic.lora:
-            self.lora = LoraSplit(self.traffic.lora, self.traffic.seed)
         key_env = config.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
         self.process_count = config.process_count
         self.process_index = process_index
         self.plan = plan
+        if self.traffic.lora:  # dealt to the plan's conversations
+            self.lora = LoraSplit(self.traffic.lora, self.plan.requests)
         by_conversation: dict[int, list[int]] = {}
         for position, request in enumerate(self.plan.requests):
             by_conversation.setdefault(request.conversation_id, []).append(position)
@@ -433,7 +433,7 @@ class _StreamingUser(User):
         prompt = (list(request.messages) if traffic.endpoint == "chat"
                   else flatten_for_completions(request.messages))
         adapter = (None if RUN.lora is None
-                   else RUN.lora.name_for(request.profile, request.conversation_id))
+                   else RUN.lora.name_for(request.conversation_id))
         body = request_body(traffic.endpoint, request_model(adapter, RUN.model_id), prompt,
                             request.max_tokens, traffic.ignore_eos, traffic.temperature,
                             traffic.reasoning, traffic.extra_body)

@@ -247,8 +247,9 @@ class TrafficSpec(Frozen):
         "the experiment)")
     mix: dict[MixPart, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
-        description="profile: mix — each conversation is drawn from one of these profiles "
-        "(configured in their own sections), with these weights, e.g. {chat: 3, long-doc: 1}")
+        description="profile: mix — each conversation is dealt to one of these profiles "
+        "(configured in their own sections) by these weights, e.g. {chat: 3, long-doc: 1}: "
+        "every leading part of the plan within one conversation of the weights")
     lora: Annotated[dict[AdapterName, Annotated[float, Field(gt=0)]],
                     AfterValidator(lora_weights)] = Field(
         default_factory=dict,

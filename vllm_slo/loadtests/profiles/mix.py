@@ -1,11 +1,11 @@
 """`profile: mix`: each conversation from one of `traffic.mix`'s profiles (those registered
-with conversations: chat, long-doc) by weight; every request keeps its profile's name
-(`PlannedRequest.profile`, the rows' `profile` column)."""
+with conversations: chat, long-doc), dealt by weight (`dealing.Dealer`: conversations 0..n-1
+hold each part within one conversation of its weight's share, for every n); every request keeps
+its profile's name (`PlannedRequest.profile`, the rows' `profile` column)."""
 
 from __future__ import annotations
 
-import random
-
+from vllm_slo.loadtests.dealing import Dealer
 from vllm_slo.loadtests.plan_fitting import Candidate, Tally, generate_until
 from vllm_slo.loadtests.profiles.base import PROFILES, Conversations, Profile
 from vllm_slo.loadtests.prompts import WordTexts
@@ -15,9 +15,10 @@ from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
-    """Conversation c is drawn from one profile, by `traffic.mix`'s weights, with its own
-    generator (`{seed}:mix:{c}`), and is then that profile's conversation c: the chat turns of
-    a mix are those of the chat profile alone at the same seed."""
+    """Conversation c is dealt to one profile by `traffic.mix`'s weights (the c-th name of
+    their dealing, the same at every seed) and is then that profile's conversation c: the chat
+    turns of a mix are those of the chat profile alone at the same seed. A conversation the
+    overlong policy rejects whole still takes its turn in the dealing (counted and warned)."""
     words = WordTexts(counter)
     makers: dict[str, Conversations] = {}  # keyed as traffic.mix
     turns: dict[str, int] = {}
@@ -30,10 +31,10 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
         turns[name] = part.turns(traffic)
         weights.append(weight)
     names = list(makers)
+    dealer = Dealer(traffic.mix)
 
     def conversation(c: int) -> list[Candidate]:
-        (name,) = random.Random(f"{seed}:mix:{c}").choices(names, weights)
-        return makers[name](c)
+        return makers[dealer.name(c)](c)
 
     # batches sized for the mean turns per conversation (batching never changes a plan)
     mean_turns = sum(w * turns[n] for n, w in zip(names, weights, strict=True)) / sum(weights)
