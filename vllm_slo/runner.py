@@ -35,6 +35,7 @@ from vllm_slo.loadtests.prompts import (
     flatten_for_completions,
     load_sharegpt,
 )
+from vllm_slo.loadtests.remote_rows import TOKEN_ENV
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.redaction import (
     redact_secrets,
@@ -519,13 +520,16 @@ def _traffic_phase(trial: _Trial, served: _Served,
         f"{traffic.duration_s:g}s measured + {traffic.cooldown_s:g}s cool-down, "
         f"{workers} Locust worker process{'es' if workers > 1 else ''}")
     run_token = None
-    if traffic.remote_workers:  # issued per run, printed here, never written to the folder
-        run_token = secrets.token_urlsafe(18)
+    if traffic.remote_workers:  # issued per run (or the operator's, from the environment:
+        # workers started ahead, e.g. a Kubernetes Secret), printed, never written to the folder
+        given = os.environ.get(TOKEN_ENV, "")
+        run_token = given or secrets.token_urlsafe(18)
         host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
             else "<this host>"
         say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "
             f"{traffic.remote_workers_wait_s:g}s); on each worker host (the suite installed, "
-            f"nothing else), run:\n  " + " ".join(worker_argv(traffic, host, run_token)))
+            f"nothing else), run:\n  " + " ".join(worker_argv(
+                traffic, host, f'"${TOKEN_ENV}"' if given else run_token)))
 
     def abort() -> str | None:  # the scenario's abort_on, on the rows flushed so far
         if scenario.abort_on.error_rate is None:
