@@ -190,6 +190,8 @@ def planned_request_count(traffic: TrafficSpec) -> int:
     """How many requests the plan needs: the schedule's length (open loop), or a generous
     bound for closed loop (users × time / max(think time, 50 ms)); closed loops cycle the plan
     if they outrun it, and the report counts reused prompts."""
+    if traffic.arrival.kind == "trace":  # the trace's records in the run's time decide
+        return MAX_OPEN_LOOP_PLAN
     if traffic.arrival.open_loop:
         return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
     users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
@@ -455,8 +457,9 @@ def _plan_phase(trial: _Trial, served: _Served) -> None:
         "requests": len(plan.requests), "sha256": plan.sha256,
         "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
         "rejected": plan.rejected, "filtered": plan.filtered,
-        **({} if plan.prefix_cache is None else {"prefix_cache": plan.prefix_cache})})
-    warnings.extend(w for w in plan.warnings if w.startswith("prefix cache"))
+        **({} if plan.prefix_cache is None else {"prefix_cache": plan.prefix_cache}),
+        **(plan.facts or {})})
+    warnings.extend(w for w in plan.warnings if w.startswith(("prefix cache", "trace:")))
     say(f"plan: {len(plan.requests)} {traffic.profile} requests "
         f"(sha256 {plan.sha256[:12]}, trimmed {plan.trimmed}, rejected {plan.rejected})")
     if traffic.prefix_cache.resets:
@@ -513,7 +516,8 @@ def _traffic_phase(trial: _Trial, served: _Served,
         say(f"\r{line}" if interactive else line)
 
     arrival = traffic.arrival
-    shape = (f"{arrival.kind} {arrival.peak_rate():g} req/s (max {arrival.max_in_flight} "
+    rate = "at the trace's times" if arrival.kind == "trace" else f"{arrival.peak_rate():g} req/s"
+    shape = (f"{arrival.kind} {rate} (max {arrival.max_in_flight} "
              f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
              f"{arrival.users} users")
     say(f"traffic: {traffic.profile}, {shape}, warm-up {traffic.warmup_s:g}s + "

@@ -103,11 +103,11 @@ CASES = [
          ("abort_on.error_rate = '< 50%'", "expected '> 50%' or '>= 0.5'")),
     # unknown profile or arrival kind
     Case("unknown-profile", BASE, (
-        "traffic.profile = 'chat2'", "'chat', 'long-doc', 'sharegpt' or 'mix'"),
+        "traffic.profile = 'chat2'", "'chat', 'long-doc', 'sharegpt', 'mix' or 'trace'"),
         ("traffic.profile=chat2",)),
     Case("unknown-arrival-kind", BASE + "traffic: {arrival: {kind: burst}}\n",
          ("traffic.arrival.kind = 'burst'",
-          "'closed', 'poisson', 'gamma', 'constant' or 'stages'")),
+          "'closed', 'poisson', 'gamma', 'constant', 'stages' or 'trace'")),
     # conflicting arrival settings
     Case("closed-loop-with-rate", BASE + "traffic: {arrival: {kind: closed, rate: 5}}\n",
          ("traffic.arrival: rate = 5.0", "only used with the open-loop kinds (poisson, gamma, "

@@ -277,7 +277,7 @@ def test_write_and_read_round_trip(tiny_counter, tmp_path, profile: str) -> None
     assert prompt_bytes(again) == prompt_bytes(plan)
     table = pq.read_table(path)
     assert table.column_names == ["index", "conversation_id", "turn", "messages",
-                                  "prompt_tokens", "max_tokens", "profile"]
+                                  "prompt_tokens", "max_tokens", "profile", "arrival_s"]
     assert set(table.column("profile").to_pylist()) == {plan.profile}
 
 

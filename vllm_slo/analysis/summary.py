@@ -17,6 +17,7 @@ from vllm_slo.analysis.client_health import ClientHealth
 from vllm_slo.analysis.prefix_cache import PrefixCacheCheck
 from vllm_slo.analysis.run_metrics import RunSummary
 from vllm_slo.analysis.server_crosscheck import LatencyCrosscheck
+from vllm_slo.analysis.trace_fidelity import TraceFidelity
 from vllm_slo.analysis.verdicts import SloResult, VerdictScope
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
@@ -216,12 +217,15 @@ class TrafficFacts:
     client_cpu: ClientCpu | None
     # traffic.prefix_cache.target_hit_rate's check; None: no target set
     prefix_cache: PrefixCacheCheck | None = json_field(default=None, omit_none=True)
+    # profile trace: the trace's window against what was sent and what vLLM counted
+    trace: TraceFidelity | None = json_field(default=None, omit_none=True)
 
 
 def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: RunSummary,
                   client_cpu: ClientCpu | None = None,
                   prefix_cache_hit_rate: float | None = None,
-                  prefix_cache: PrefixCacheCheck | None = None) -> TrafficFacts:
+                  prefix_cache: PrefixCacheCheck | None = None,
+                  trace: TraceFidelity | None = None) -> TrafficFacts:
     traffic = scenario.traffic
     arrival = traffic.arrival
     return TrafficFacts(
@@ -233,7 +237,7 @@ def traffic_facts(scenario: Scenario, provenance: Mapping[str, Any], summary: Ru
         queued_for_slot=summary.queued_for_slot, reused_prompts=summary.reused_prompts,
         plan=provenance.get("plan"), prefix_cache_reset=provenance.get("prefix_cache_reset"),
         prefix_cache_hit_rate=_number(prefix_cache_hit_rate),
-        client_cpu=client_cpu, prefix_cache=prefix_cache)
+        client_cpu=client_cpu, prefix_cache=prefix_cache, trace=trace)
 
 
 class EchoesScenario:
@@ -310,6 +314,7 @@ def build_summary(
     client_cpu: ClientCpu | None = None,
     prefix_cache_hit_rate: float | None = None,
     prefix_cache: PrefixCacheCheck | None = None,
+    trace: TraceFidelity | None = None,
     client_health: ClientHealth | None = None,
     server_crosscheck: LatencyCrosscheck | None = None,
     by_profile: Mapping[str, RunSummary] | None = None,
@@ -332,7 +337,7 @@ def build_summary(
         goodput=ReportedEstimate.of(goodput[0]), goodput_counts=goodput[1],
         send_lag_p99_s=_number(summary.send_lag_p99_s),
         traffic=traffic_facts(scenario, provenance, summary, client_cpu,
-                              prefix_cache_hit_rate, prefix_cache),
+                              prefix_cache_hit_rate, prefix_cache, trace),
         metrics=metrics,
         slos=tuple(SloEntry.of(r) for r in slo_results),
         exit_code=int(exit_code),

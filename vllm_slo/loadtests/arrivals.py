@@ -3,10 +3,12 @@
 poisson: exponential gaps at `rate`; gamma: gamma gaps with shape = burstiness and mean 1/rate
 (vLLM bench's definition: burstiness 1 is Poisson, < 1 burstier, > 1 more regular); constant:
 evenly spaced; open-loop stages: Poisson at each stage's rate within the stage, the last stage
-lasting until the end of the run.
+lasting until the end of the run; trace: the times the request plan carries (profile trace).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,6 +49,9 @@ def arrival_offsets_s(arrival: ArrivalSpec, total_s: float, seed: int) -> np.nda
     """Sorted intended send offsets (seconds from the start of traffic) over [0, total_s)."""
     if not arrival.open_loop:
         raise ValueError(f"arrival kind {arrival.kind!r} is closed loop: no schedule")
+    if arrival.kind == "trace":
+        raise ValueError("arrival kind 'trace': the request plan carries the times "
+                         "(schedule_offsets_s)")
     rng = np.random.default_rng([seed, 0xA11])
     if arrival.kind != "stages":
         assert arrival.rate is not None
@@ -75,3 +80,15 @@ def users_at(arrival: ArrivalSpec, elapsed_s: float) -> int:
     last = arrival.stages[-1].users
     assert last is not None
     return last
+
+
+def schedule_offsets_s(arrival: ArrivalSpec, total_s: float, seed: int,
+                       planned_s: Sequence[float | None]) -> np.ndarray:
+    """An open loop's send offsets: kind trace's are the plan's own (`planned_s`, one per
+    request, in plan order), every other kind's are sampled (`arrival_offsets_s`)."""
+    if arrival.kind != "trace":
+        return arrival_offsets_s(arrival, total_s, seed)
+    if any(offset is None for offset in planned_s):
+        raise ValueError("arrival kind 'trace' needs a plan whose requests carry their times "
+                         "(profile: trace)")
+    return np.asarray(planned_s, dtype=float)

@@ -45,6 +45,7 @@ class PlannedRequest:
     prompt_tokens: int  # tokens of all message contents by the counter (no chat template)
     max_tokens: int
     profile: str = ""  # the profile that made it (a mix's component; not sent, not hashed)
+    arrival_s: float | None = None  # arrival kind trace: its send time (not sent, not hashed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ class RequestPlan:
     # traffic.prefix_cache.target_hit_rate: the shaping's expectations and a warm run's primers
     prefix_cache: dict[str, object] | None = None
     primers: tuple[tuple[dict[str, str], ...], ...] = ()
+    facts: dict[str, object] | None = None  # the profile's own facts (trace: its statistics)
 
 
 def canonical_bytes(requests: Iterable[PlannedRequest]) -> Iterator[bytes]:
@@ -119,7 +121,7 @@ def build_plan(traffic: TrafficSpec, counter: TokenCounter, max_model_len: int |
         requests=requests, profile=traffic.profile, seed=traffic.seed, tokenizer=counter.name,
         trimmed=tally.trimmed, rejected=tally.rejected, filtered=dict(tally.filtered),
         sha256=plan_sha256(requests), warnings=tuple(tally.warnings),
-        prefix_cache=prefix_cache, primers=primers)
+        prefix_cache=prefix_cache, primers=primers, facts=dict(tally.facts) or None)
 
 
 def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
@@ -133,7 +135,7 @@ def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
 
     return tuple(
         PlannedRequest(index, c.conversation_id, c.turn, tuple(map(as_dict, c.messages)),
-                       c.prompt_tokens, c.max_tokens, c.profile)
+                       c.prompt_tokens, c.max_tokens, c.profile, c.arrival_s)
         for index, c in enumerate(candidates))
 
 
@@ -152,12 +154,13 @@ def write_plan(plan: RequestPlan, path: Path) -> None:
         "prompt_tokens": pa.array([r.prompt_tokens for r in requests], pa.int64()),
         "max_tokens": pa.array([r.max_tokens for r in requests], pa.int64()),
         "profile": pa.array([r.profile for r in requests], pa.string()),
+        "arrival_s": pa.array([r.arrival_s for r in requests], pa.float64()),
     })
     metadata = {"schema_version": PLAN_SCHEMA_VERSION, "profile": plan.profile,
                 "seed": plan.seed, "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
                 "rejected": plan.rejected, "filtered": plan.filtered, "sha256": plan.sha256,
                 "warnings": list(plan.warnings), "prefix_cache": plan.prefix_cache,
-                "primers": [list(primer) for primer in plan.primers]}
+                "primers": [list(primer) for primer in plan.primers], "facts": plan.facts}
     table = table.replace_schema_metadata({PLAN_METADATA_KEY: json.dumps(metadata)})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,12 +187,14 @@ def read_plan(source: Path | bytes) -> RequestPlan:
                          f"this suite reads {PLAN_SCHEMA_VERSION}")
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     profiles = columns.get("profile") or [meta["profile"]] * table.num_rows
+    arrivals = columns.get("arrival_s") or [None] * table.num_rows
     requests = tuple(
         PlannedRequest(index, conversation_id, turn, tuple(messages), prompt_tokens, max_tokens,
-                       profile)
-        for index, conversation_id, turn, messages, prompt_tokens, max_tokens, profile in zip(
-            columns["index"], columns["conversation_id"], columns["turn"], columns["messages"],
-            columns["prompt_tokens"], columns["max_tokens"], profiles, strict=True))
+                       profile, arrival_s)
+        for index, conversation_id, turn, messages, prompt_tokens, max_tokens, profile, arrival_s
+        in zip(columns["index"], columns["conversation_id"], columns["turn"],
+               columns["messages"], columns["prompt_tokens"], columns["max_tokens"], profiles,
+               arrivals, strict=True))
     if plan_sha256(requests) != meta["sha256"]:
         raise ValueError(f"{path}: the requests do not match the plan's sha256 (file altered)")
     return RequestPlan(
@@ -197,4 +202,5 @@ def read_plan(source: Path | bytes) -> RequestPlan:
         tokenizer=meta["tokenizer"], trimmed=meta["trimmed"], rejected=meta["rejected"],
         filtered=dict(meta["filtered"]), sha256=meta["sha256"],
         warnings=tuple(meta["warnings"]), prefix_cache=meta.get("prefix_cache"),
-        primers=tuple(tuple(primer) for primer in meta.get("primers") or ()))
+        primers=tuple(tuple(primer) for primer in meta.get("primers") or ()),
+        facts=meta.get("facts"))

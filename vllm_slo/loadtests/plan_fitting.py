@@ -58,6 +58,7 @@ class Candidate:
     messages: list[Message]
     max_tokens: int
     profile: str = ""  # the profile that made it (a mix's component)
+    arrival_s: float | None = None  # kind trace: its send time, from the start of traffic
 
     @property
     def prompt_tokens(self) -> int:
@@ -70,6 +71,8 @@ class Tally:
     rejected: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # a profile's own facts for provenance's plan record (profile trace: "trace")
+    facts: dict[str, object] = field(default_factory=dict)
 
 
 def count_tokens(messages: Sequence[Message], counter: TokenCounter,

@@ -34,7 +34,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from vllm_slo.loadtests import arrow_memory, locust_quirks, memory_trace
-from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, arrival_offsets_s
+from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, schedule_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.lora_split import LoraSplit, request_model
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
@@ -128,8 +128,9 @@ class _Run:
             by_conversation.setdefault(request.conversation_id, []).append(position)
         self.conversations = list(by_conversation.values())
         if self.traffic.arrival.open_loop:
-            offsets = arrival_offsets_s(self.traffic.arrival, self.traffic.total_s,
-                                        self.traffic.seed)
+            offsets = schedule_offsets_s(self.traffic.arrival, self.traffic.total_s,
+                                         self.traffic.seed,
+                                         [request.arrival_s for request in plan.requests])
             indices = np.arange(offsets.size)
             mine = indices % self.process_count == self.process_index
             self.schedule_indices, self.schedule_offsets_s = indices[mine], offsets[mine]

@@ -41,6 +41,7 @@ from vllm_slo.analysis.summary import (
     build_summary,
     client_cpu_summary,
 )
+from vllm_slo.analysis.trace_fidelity import TraceFidelity, trace_fidelity
 from vllm_slo.analysis.verdicts import (
     choose_exit_code,
     evaluate_slos,
@@ -213,6 +214,10 @@ def load_run(run_dir: Path) -> LoadedRun:
     cache_check = prefix_cache_check(traffic, provenance, server_records,
                                      series.window_start_unix_s, summary.rate_span_s)
     cache_warnings = [] if cache_check is None else [w for w in [cache_check.warning()] if w]
+    fidelity = trace_check(traffic, provenance, server_records, table,
+                           series.window_start_unix_s, summary.rate_span_s)
+    if fidelity is not None and fidelity.warning() is not None:
+        cache_warnings.append(str(fidelity.warning()))
     if cache_check is not None and cache_check.missed:
         invalid = (*invalid, cache_check.reason)
     document = build_summary(
@@ -223,6 +228,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         client_cpu=client_cpu_summary(client_cpu_fractions(run_dir)),
         prefix_cache_hit_rate=run_prefix_cache_hit_rate(server_records),
         prefix_cache=cache_check,
+        trace=fidelity,
         client_health=health,
         server_crosscheck=latency_crosscheck(server_records, table),
         by_profile={name: part_summary for name, (_, part_summary) in parts.items()
@@ -269,6 +275,32 @@ def prefix_cache_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
     return check_prefix_cache(counters, setting.target_hit_rate, setting.tolerance,
                               setting.phases,
                               float(expected) if isinstance(expected, int | float) else None)
+
+
+def trace_check(traffic: TrafficSpec, provenance: Mapping[str, Any],
+                server_records: Sequence[dict[str, Any]], table: pa.Table,
+                window_start_unix_s: float | None, span_s: float | None
+                ) -> TraceFidelity | None:
+    """A trace replay's fidelity over the measured window (`analysis/trace_fidelity.py`);
+    None when the plan recorded no trace."""
+    plan = provenance.get("plan")
+    facts = plan.get("trace") if isinstance(plan, Mapping) else None
+    if not isinstance(facts, Mapping):
+        return None
+    counters = None
+    if window_start_unix_s is not None:
+        end = window_start_unix_s + (traffic.duration_s if span_s is None else span_s)
+        counters = window_counters(server_records, window_start_unix_s, end)
+    columns = {name: table.column(name).to_pylist() if name in table.column_names else []
+               for name in ("phase", "send_unix_s", "prompt_tokens_planned", "output_tokens")}
+    measured = [i for i, phase in enumerate(columns["phase"]) if phase == "measure"]
+
+    def pick(name: str) -> list[Any]:
+        values = columns[name]
+        return [values[i] for i in measured] if values else [None] * len(measured)
+
+    return trace_fidelity(facts, pick("send_unix_s"), pick("prompt_tokens_planned"),
+                          pick("output_tokens"), counters)
 
 
 def render_run(run_dir: Path) -> RenderedRun:

@@ -73,9 +73,11 @@ class ArrivalSpec(Frozen):
     stages: a list of {duration, rate} (open loop, poisson within a stage) or
         {duration, users} (closed loop, via Locust's LoadTestShape) steps from the start of the
         run (warm-up included); the last stage lasts until the end.
+    trace: open loop at the times of `traffic.profile: trace`'s records (its plan carries
+        them); at most `max_in_flight` at once.
     """
 
-    kind: Literal["closed", "poisson", "gamma", "constant", "stages"] = "closed"
+    kind: Literal["closed", "poisson", "gamma", "constant", "stages", "trace"] = "closed"
     users: int = Field(8, ge=1, le=100_000)
     spawn_rate: float = Field(4.0, gt=0, le=MAX_RATE,
                               description="users started per second (closed)")
@@ -94,7 +96,9 @@ class ArrivalSpec(Frozen):
             raise ValueError(
                 f"rate = {self.rate!r} is only used with the open-loop kinds "
                 f"({', '.join(OPEN_LOOP_KINDS)}); kind {self.kind!r} "
-                + ("sets a rate per stage" if self.kind == "stages" else "is driven by users"))
+                + {"stages": "sets a rate per stage",
+                   "trace": "sends at the trace's times (traffic.trace.speedup, rate_scale)"
+                   }.get(self.kind, "is driven by users"))
         if self.kind == "stages":
             if not self.stages:
                 raise ValueError("arrival kind 'stages' needs a non-empty stages list")
@@ -110,13 +114,13 @@ class ArrivalSpec(Frozen):
 
     @property
     def open_loop(self) -> bool:
-        return self.kind in OPEN_LOOP_KINDS or (
+        return self.kind in (*OPEN_LOOP_KINDS, "trace") or (
             self.kind == "stages" and self.stages[0].rate is not None)
 
     def peak_rate(self) -> float | None:
         if self.kind in OPEN_LOOP_KINDS:
             return self.rate
-        if self.open_loop:
+        if self.kind == "stages" and self.open_loop:
             return max(stage.rate or 0.0 for stage in self.stages)
         return None
 
@@ -185,7 +189,8 @@ class TrafficSpec(Frozen):
     by its own model; the traffic model has no field per profile."""
 
     profile: Annotated[str, AfterValidator(_registered_profile)] = Field(
-        "chat", description="a registered traffic profile: chat | long-doc | sharegpt | mix")
+        "chat", description="a registered traffic profile: chat | long-doc | sharegpt | mix "
+        "| trace")
     endpoint: Literal["chat", "completions"] = "chat"
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
     duration_s: Seconds = Field(60.0, alias="duration", gt=0)
@@ -306,6 +311,21 @@ class TrafficSpec(Frozen):
         if self.profile != "mix" and self.mix:
             raise ValueError(f"traffic.mix is for profile: mix (this profile is "
                              f"{self.profile!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_sets_the_times(self) -> TrafficSpec:
+        """profile: trace and arrival kind trace go together: the trace's records carry the
+        send times, and its prompts carry the trace's own prefix sharing."""
+        if (self.profile == "trace") != (self.arrival.kind == "trace"):
+            raise ValueError(
+                "profile: trace replays the trace's times: set traffic.arrival.kind: trace"
+                if self.profile == "trace" else
+                f"arrival kind 'trace' takes its times from profile: trace (this profile is "
+                f"{self.profile!r})")
+        if self.profile == "trace" and self.prefix_cache.target_hit_rate is not None:
+            raise ValueError("profile: trace shares prefixes as the trace's hash ids say; "
+                             "prefix_cache.target_hit_rate would reshape them: leave it unset")
         return self
 
     @model_validator(mode="after")

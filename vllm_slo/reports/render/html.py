@@ -296,12 +296,27 @@ def load_rows(traffic: TrafficFacts, measured: int) -> list[tuple[str, str]]:
                     f"{check.span_s:.0f} s)")
         rows.append(("prefix-cache hit rate (measured window)",
                      f"{achieved}: {'MISSED' if check.missed else check.verdict}"))
+    fidelity = traffic.trace
+    if fidelity is not None:
+        rows.append(("trace replayed",
+                     f"{fidelity.format} {fidelity.file} (speedup {fidelity.speedup:g}, "
+                     f"rate scale {fidelity.rate_scale:g})"))
+        for row in fidelity.rows:
+            rows.append((f"trace vs sent: {row.statistic}",
+                         f"{_trace_value(row.trace)} scheduled, {_trace_value(row.sent)} sent"))
+        rows.append(("trace prefix reuse (measured window)",
+                     f"{fidelity.reason}: "
+                     f"{'MISMATCH' if fidelity.verdict == 'mismatch' else fidelity.verdict}"))
     cpu = traffic.client_cpu
     if cpu is not None:
         rows.append(("load generator CPU (% of a core, per process-second)",
                      f"p50 {cpu.p50_percent:.0f}%, p99 {cpu.p99_percent:.0f}%, "
                      f"max {cpu.max_percent:.0f}%"))
     return [(key, redact_text(value)) for key, value in rows]
+
+
+def _trace_value(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.4g}"
 
 
 def stream_rows(facts: StreamFacts | None) -> list[tuple[str, str]]:

@@ -236,6 +236,21 @@ def prefix_cache_line(summary: RunSummaryDocument) -> str | None:
             f"± {check.tolerance:.2f} ({expected}phases {check.phases}): {verdict}")
 
 
+def trace_line(summary: RunSummaryDocument) -> str | None:
+    """`trace: mooncake replay, prefix-cache hit rate 0.412 counted, 0.430 implied ± 0.05:
+    met`; None for a run that replayed no trace."""
+    fidelity = summary.traffic.trace
+    if fidelity is None:
+        return None
+    counted = ("not measured" if fidelity.achieved_hit_rate is None
+               else f"{fidelity.achieved_hit_rate:.3f} counted")
+    implied = ("none implied" if fidelity.implied_hit_rate is None
+               else f"{fidelity.implied_hit_rate:.3f} implied")
+    verdict = "MISMATCH" if fidelity.verdict == "mismatch" else fidelity.verdict
+    return (f"trace: {fidelity.format} replay, prefix-cache hit rate {counted}, {implied} "
+            f"± {fidelity.tolerance:.2f}: {verdict}")
+
+
 def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
@@ -271,6 +286,9 @@ def render_table(summary: RunSummaryDocument) -> str:
     cache = prefix_cache_line(summary)
     if cache is not None:
         lines.append(cache)
+    trace = trace_line(summary)
+    if trace is not None:
+        lines.append(trace)
     if summary.slos:
         lines.append("")
         width = max(len(slo_label(slo)) for slo in summary.slos)

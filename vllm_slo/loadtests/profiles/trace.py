@@ -1,0 +1,140 @@
+"""`profile: trace`: a request trace replayed at its own times (`traffic.arrival.kind: trace`),
+each record one single-turn request whose prompt carries the trace's prefix blocks
+(`loadtests/trace_replay.py`: the schedule, the block texts, the implied hit rate;
+`loadtests/trace_formats.py`: the readers). Its statistics — the trace's own, and those of
+the requests planned inside the measured window with the hit rate they imply — go to the
+run's provenance (`plan.trace`), where the report compares them with what was sent and what
+vLLM counted (`vllm_slo/analysis/trace_fidelity.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
+from vllm_slo.loadtests.profiles.base import Profile
+from vllm_slo.loadtests.prompts import WordTexts
+from vllm_slo.loadtests.tokens import TokenCounter
+from vllm_slo.loadtests.trace_formats import read_trace
+from vllm_slo.loadtests.trace_replay import (
+    BlockTexts,
+    Replayed,
+    Selection,
+    check_blocks,
+    implied_hits,
+    statistics,
+)
+from vllm_slo.loadtests.trace_replay import select as select_sends
+from vllm_slo.resources import user_folder
+from vllm_slo.scenarios.profile_specs.trace import TraceSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
+
+DEFAULT_TRACE_PATH = user_folder("loadtests") / "data" / "trace_sample.jsonl"
+PROFILE_NAME = "trace"
+
+
+def trace_path(spec: TraceSpec) -> Path:
+    return Path(spec.path).expanduser() if spec.path else DEFAULT_TRACE_PATH
+
+
+def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
+         policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
+    """The replay's requests in send order, each with its send time (`arrival_s`)."""
+    spec = traffic.settings(TraceSpec)
+    path = trace_path(spec)
+    selection = select_sends(
+        read_trace(path, spec.format), start_s=spec.start_s, end_s=spec.end_s,
+        speedup=spec.speedup, rate_scale=spec.rate_scale, max_requests=spec.max_requests,
+        total_s=traffic.total_s, max_sends=n_requests)
+    tally.filtered = dict(selection.filtered)
+    if not selection.sends:
+        raise ValueError(
+            f"{path}: no request to send: {selection.records_read} records read, none with "
+            f"input and output tokens in the window from {spec.start_s:g} s"
+            + (f" to {spec.end_s:g} s" if spec.end_s is not None else "")
+            + f" within the run's {traffic.total_s:g} s at speedup {spec.speedup:g}")
+    words = WordTexts(counter)
+    texts = BlockTexts(words.fillers, spec.block_tokens, seed)
+    kept: list[tuple[Replayed, int]] = []  # a send and its prompt tokens after the policy
+    for send in selection.sends:
+        check_blocks(send, spec.block_tokens, str(path))
+        tokens = send.record.input_tokens
+        if max_model_len is not None and tokens + send.record.output_tokens > max_model_len:
+            room = max_model_len - send.record.output_tokens
+            if policy == "reject" or room < 1:
+                tally.rejected += 1
+                continue
+            tally.trimmed += 1
+            tokens = room  # the prompt's head: its leading blocks stay shared
+        kept.append((send, tokens))
+    if not kept:
+        raise ValueError(f"{path}: every request of the replay is longer than the server's "
+                         f"max-model-len {max_model_len} (traffic.overlong: {policy})")
+    contents = [texts.text(send, position, tokens)
+                for position, (send, tokens) in enumerate(kept)]
+    counted = counter.count_many(contents)
+    candidates = []
+    for position, ((send, _), content, tokens) in enumerate(
+            zip(kept, contents, counted, strict=True)):
+        message = Message("user", content)
+        message.tokens = tokens
+        candidates.append(Candidate(position, 0, [message], send.record.output_tokens,
+                                    PROFILE_NAME, arrival_s=send.offset_s))
+    misses = [(tokens, want) for (_, want), tokens in zip(kept, counted, strict=True)
+              if tokens != want]
+    if misses:
+        worst = max(abs(a - b) for a, b in misses)
+        tally.warnings.append(
+            f"trace: {len(misses)} of {len(kept)} prompts count differently by "
+            f"{counter.name} from the lengths the trace gives (by up to {worst} tokens): the "
+            "tokenizer does not split the prompt words one token each")
+    tally.facts[PROFILE_NAME] = _facts(spec, path, traffic, selection, kept)
+    _warn_short_replay(traffic, kept, selection.stopped, tally)
+    return candidates
+
+
+def _facts(spec: TraceSpec, path: Path, traffic: TrafficSpec, selection: Selection,
+           kept: list[tuple[Replayed, int]]) -> dict[str, object]:
+    """provenance's `plan.trace`: the settings, what reading found, the trace's own
+    statistics (its window, in the trace's seconds) and the measured window's (in the run's
+    seconds, with the hit rate the trace implies for it)."""
+    records = selection.window_records
+    first = records[0].timestamp_s if records else 0.0
+    trace_hits = list(implied_hits(
+        ((tuple((0, block) for block in r.hash_ids), r.input_tokens) for r in records),
+        spec.block_tokens))
+    all_hits = list(implied_hits(((send.blocks(), tokens) for send, tokens in kept),
+                                 spec.block_tokens))
+    start, end = traffic.warmup_s, traffic.warmup_s + traffic.duration_s
+    inside = [i for i, (send, _) in enumerate(kept) if start <= send.offset_s < end]
+    window = statistics(
+        [kept[i][0].offset_s for i in inside], [kept[i][1] for i in inside],
+        [kept[i][0].record.output_tokens for i in inside],
+        [kept[i][0].blocks() for i in inside], [all_hits[i] for i in inside])
+    return {
+        "format": spec.format, "file": str(path), "speedup": spec.speedup,
+        "rate_scale": spec.rate_scale, "block_tokens": spec.block_tokens,
+        "window_s": [spec.start_s, spec.end_s], "records_read": selection.records_read,
+        "stopped_at": selection.stopped, "hit_rate_tolerance": spec.hit_rate_tolerance,
+        "trace": statistics([r.timestamp_s - first for r in records],
+                            [r.input_tokens for r in records],
+                            [r.output_tokens for r in records],
+                            [r.hash_ids for r in records], trace_hits),
+        "measured_window": window,
+    }
+
+
+def _warn_short_replay(traffic: TrafficSpec, kept: list[tuple[Replayed, int]], stopped: str,
+                       tally: Tally) -> None:
+    """The replay ends inside the measured window: its last seconds send nothing."""
+    end = traffic.warmup_s + traffic.duration_s
+    last = kept[-1][0].offset_s
+    if stopped.startswith("the run's"):
+        return
+    if end - last > max(1.0, 0.05 * traffic.duration_s):
+        tally.warnings.append(
+            f"trace: the replay's last request is sent at {last:.1f} s (reading stopped at "
+            f"{stopped}), the measured window lasts until {end:g} s: its last "
+            f"{end - last:.1f} s send nothing (shorten traffic.duration or widen the window)")
+
+
+PROFILE = Profile(PROFILE_NAME, plan, fastest_request_s=0.05)
