@@ -103,7 +103,7 @@ CASES = [
          ("abort_on.error_rate = '< 50%'", "expected '> 50%' or '>= 0.5'")),
     # unknown profile or arrival kind
     Case("unknown-profile", BASE, (
-        "traffic.profile = 'chat2'", "'chat', 'long-doc', 'sharegpt', 'mix' or 'trace'"),
+        "traffic.profile = 'chat2'", "'chat', 'long-doc', 'sharegpt', 'mix', 'trace' or 'agent'"),
         ("traffic.profile=chat2",)),
     Case("unknown-arrival-kind", BASE + "traffic: {arrival: {kind: burst}}\n",
          ("traffic.arrival.kind = 'burst'",

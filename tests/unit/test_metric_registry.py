@@ -8,10 +8,12 @@ import pytest
 
 from vllm_slo.analysis.comparison import format_cell_value
 from vllm_slo.analysis.run_metrics import RunSeries, summarize
+from vllm_slo.analysis.sessions import SessionSeries
 from vllm_slo.analysis.trials import cell_value
 from vllm_slo.analysis.verdicts import observed_for
 from vllm_slo.scenarios.experiment_spec import CompareSpec
 from vllm_slo.scenarios.metrics import (
+    BUILT_IN_METRICS,
     LATENCY_METRICS,
     METRICS,
     PER_REQUEST_LATENCY_METRICS,
@@ -26,7 +28,8 @@ from vllm_slo.scenarios.slo_spec import SloRules
 EXAMPLE_RULES = {"ttft": "p95 < 2s", "itl": "mean <= 50ms", "tpot": "p50 < 20ms",
                  "e2e": "p99.9 < 1h", "itl_token": "p99 < 40ms", "ttft_answer": "p90 < 2s",
                  "reasoning_time": "mean < 1s", "error_rate": "< 1%",
-                 "output_throughput": "> 100 tok/s", "request_throughput": ">= 2 req/s"}
+                 "output_throughput": "> 100 tok/s", "request_throughput": ">= 2 req/s",
+                 "session_e2e": "p90 < 60s"}
 
 
 def test_the_slo_block_takes_the_registered_metrics() -> None:
@@ -39,8 +42,9 @@ def test_the_slo_block_takes_the_registered_metrics() -> None:
     rules = SloRules.model_validate(written)
     assert [rule.metric for rule in rules.own_rules()] == list(METRICS)
     assert rules.model_dump() == written
-    assert SloRules().model_dump() == {
-        metric: [] if METRICS[metric].kind is MetricKind.LATENCY else None for metric in METRICS}
+    assert SloRules().model_dump() == {  # every built-in written back, a registered one if set
+        metric: [] if METRICS[metric].kind is MetricKind.LATENCY else None
+        for metric in BUILT_IN_METRICS}
 
 
 def test_kinds_partition_the_registry() -> None:
@@ -101,7 +105,8 @@ def _series() -> RunSeries:
         send_lag_s=np.zeros(10), window_start_unix_s=0.0, window_s=5.0, requests=12,
         failed=2, output_tokens_per_bin=np.array([100.0, 120.0, 110.0, 90.0, 80.0]),
         completions_per_bin=np.array([2.0, 2.0, 3.0, 2.0, 1.0]), itl_token_s=latencies / 20,
-        ttft_answer_s=latencies * 1.5, reasoning_time_s=latencies / 2)
+        ttft_answer_s=latencies * 1.5, reasoning_time_s=latencies / 2,
+        sessions=SessionSeries(latencies * 30, np.full(10, 4), np.arange(10.0), 10, 0, 0))
 
 
 @pytest.mark.parametrize("metric", list(METRICS))

@@ -19,7 +19,7 @@ from vllm_slo.scenarios.traffic_spec import TrafficSpec
 def test_the_generators_and_the_specs_name_the_same_profiles() -> None:
     """Every profile the scenario model accepts (its spec) has a generator, and only those."""
     assert list(PROFILES) == list(PROFILE_SPECS) == ["chat", "long-doc", "sharegpt", "mix",
-                                                    "trace"]
+                                                    "trace", "agent"]
     mixable = [name for name, profile in PROFILES.items() if profile.conversations is not None]
     assert mixable == list(mixable_profiles())
     assert all(PROFILES[name].fastest_request_s > 0 for name in PROFILES)

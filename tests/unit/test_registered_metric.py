@@ -99,7 +99,7 @@ def test_unregistered_it_is_an_unknown_key_again(send_rate: ModuleType) -> None:
         load_scenario("chat", ['slo={send_rate: ">= 3 req/s"}'])
     assert ("slo.send_rate = '>= 3 req/s': unknown key; allowed keys here: ttft, itl, tpot, "
             "e2e, itl_token, ttft_answer, reasoning_time, error_rate, output_throughput, "
-            "request_throughput, by_profile"
+            "request_throughput, session_e2e, by_profile"
             ) in str(raised.value)
     with pytest.raises(ValueError, match="built-in"):
         unregister_metric("ttft")

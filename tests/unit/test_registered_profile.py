@@ -59,9 +59,9 @@ def test_a_scenario_names_it_and_configures_its_section(fixed_length: ModuleType
     (f"traffic.{NAME}.output_tokens=0", f"traffic.{NAME}.output_tokens = 0",
      "Input should be greater than or equal to 1"),
     ("traffic.profile=fixed", "traffic.profile = 'fixed'",
-     f"Input should be 'chat', 'long-doc', 'sharegpt', 'mix', 'trace' or '{NAME}'"),
+     f"Input should be 'chat', 'long-doc', 'sharegpt', 'mix', 'trace', 'agent' or '{NAME}'"),
     ("traffic.bogus=1", "traffic.bogus = 1",
-     f"allowed keys here: chat, long-doc, sharegpt, trace, {NAME}, profile"),
+     f"allowed keys here: chat, long-doc, sharegpt, trace, agent, {NAME}, profile"),
 ])
 def test_its_errors_are_as_precise_as_a_built_ins(fixed_length: ModuleType, override: str,
                                                   where: str, message: str) -> None:
@@ -107,7 +107,7 @@ def test_unregistered_it_is_refused_again(fixed_length: ModuleType) -> None:
     unregister_profile(NAME)
     unregister_profile_spec(NAME)
     with pytest.raises(ScenarioError, match="Input should be 'chat', 'long-doc', 'sharegpt', "
-                                            "'mix' or 'trace'"):
+                                            "'mix', 'trace' or 'agent'"):
         load_scenario("chat", [f"traffic.profile={NAME}"])
     with pytest.raises(ScenarioError, match="unknown key"):
         load_scenario("chat", [f"traffic.{NAME}.input_tokens=5"])

@@ -45,6 +45,8 @@ from vllm_slo.analysis.chunk_tokens import (
     stream_facts,
     token_gaps_in_arrival_order,
 )
+from vllm_slo.analysis.sessions import EMPTY as EMPTY_SESSIONS
+from vllm_slo.analysis.sessions import SessionSeries, session_series
 from vllm_slo.run_folder.samples_format import ROW_ORDER
 from vllm_slo.scenarios.metrics import (
     LATENCY_METRICS,
@@ -110,6 +112,13 @@ class RunSeries:
     ttft_answer_s: np.ndarray = field(default_factory=lambda: np.empty(0))
     reasoning_time_s: np.ndarray = field(default_factory=lambda: np.empty(0))
     stream: StreamFacts | None = None
+    # the agent profile's sessions (analysis/sessions.py; EMPTY for other profiles)
+    sessions: SessionSeries = EMPTY_SESSIONS
+
+    @property
+    def session_e2e_s(self) -> np.ndarray:
+        """Complete measured sessions' durations, in the order they started."""
+        return self.sessions.e2e_s
 
     @property
     def span_s(self) -> float:
@@ -417,7 +426,8 @@ def _series(table: pa.Table, window_s: float, bin_s: float, stopped_unix_s: floa
         counted_latency_s={name: values[counted] for name, values in latency_all.items()},
         counted_profile=_profiles(table)[counted], counted_adapter=_adapters(table)[counted],
         itl_token_s=itl_token, ttft_answer_s=ttft_answer_all[good & answered],
-        reasoning_time_s=reasoning_time_all[reasoned], stream=facts)
+        reasoning_time_s=reasoning_time_all[reasoned], stream=facts,
+        sessions=session_series(table))
 
 
 def _profiles(table: pa.Table) -> np.ndarray:

@@ -24,6 +24,7 @@ from vllm_slo.stats.statistics import (
     Verdict,
     clopper_pearson_interval,
     goodput_estimate,
+    mean_estimate,
     percentile_estimate,
     quantile_effective_size,
     slo_verdict,
@@ -120,7 +121,11 @@ def observed_for(rule: SloRule, series: RunSeries, summary: RunSummary,
             return series.rate_estimate(rule.metric, confidence)
         estimate: Estimate = getattr(summary, registered.summary_field)
         return estimate
-    metric = summary.metrics[rule.metric]
+    metric = summary.metrics.get(rule.metric)
+    if metric is None:  # a registered latency (per session): from its samples
+        values = series.latency(rule.metric)
+        return (mean_estimate(values, confidence) if rule.percentile is None
+                else percentile_estimate(values, rule.percentile, confidence))
     if rule.percentile is None:
         return metric.mean
     known = metric.percentiles.get(rule.percentile)
@@ -155,10 +160,11 @@ def evaluate_slos(rules: Sequence[SloRule], series: RunSeries, summary: RunSumma
 def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence: float
               ) -> SloResult:
     observed = observed_for(rule, series, summary, confidence)
-    if rule.percentile is not None and rule.metric in summary.metrics:
+    if rule.percentile is not None and metric_named(rule.metric).kind is MetricKind.LATENCY:
+        known = summary.metrics.get(rule.metric)
         test = percentile_threshold_test(
             series.latency(rule.metric), rule.percentile, rule.comparator, rule.threshold,
-            confidence, summary.metrics[rule.metric].percentiles.get(rule.percentile))
+            confidence, None if known is None else known.percentiles.get(rule.percentile))
         if test.fraction_below is None:
             basis = "no samples"
         else:

@@ -39,6 +39,7 @@ from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.lora_split import LoraSplit, request_model
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
+from vllm_slo.loadtests.profiles.agent import AgentSession
 from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.remote_channel import MasterChannel, WorkerChannel
@@ -74,6 +75,7 @@ class _Run:
         self.traffic: TrafficSpec | None = None
         self.model_id = ""
         self.lora: LoraSplit | None = None  # traffic.lora: the model each conversation names
+        self.agent: AgentSession | None = None  # profile agent: tool latency, tool framing
         self.api_key: str | None = None
         self.run_dir: Path | None = None
         self.plan: RequestPlan | None = None
@@ -123,6 +125,7 @@ class _Run:
         self.plan = plan
         if self.traffic.lora:  # dealt to the plan's conversations
             self.lora = LoraSplit(self.traffic.lora, self.plan.requests)
+        self.agent = AgentSession.of(self.traffic, self.plan.requests)
         by_conversation: dict[int, list[int]] = {}
         for position, request in enumerate(self.plan.requests):
             by_conversation.setdefault(request.conversation_id, []).append(position)
@@ -433,11 +436,14 @@ class _StreamingUser(User):
         request: PlannedRequest = plan.requests[position % len(plan.requests)]
         prompt = (list(request.messages) if traffic.endpoint == "chat"
                   else flatten_for_completions(request.messages))
+        extra_body = traffic.extra_body
+        if RUN.agent is not None and traffic.endpoint == "chat":  # the tool-call framing
+            prompt, extra_body = RUN.agent.framed(request, extra_body)
         adapter = (None if RUN.lora is None
                    else RUN.lora.name_for(request.conversation_id))
         body = request_body(traffic.endpoint, request_model(adapter, RUN.model_id), prompt,
                             request.max_tokens, traffic.ignore_eos, traffic.temperature,
-                            traffic.reasoning, traffic.extra_body)
+                            traffic.reasoning, extra_body)
         # unique per run: process, user, the user's own request count, plan entry
         request_id = (f"{RUN.request_id_prefix}{os.getpid()}-{self.user_id}-"
                       f"{self.requests_sent}-{request.index}")
@@ -457,6 +463,8 @@ class _StreamingUser(User):
                 send_unix_s=RUN.wall_clock.unix_s(outcome.send_perf_s), queued=queued,
                 outcome=outcome)
             row["adapter"] = adapter  # traffic.lora's name (base included); None: no split
+            if RUN.agent is not None:  # the turns of the request's session
+                row["session_turns"] = RUN.agent.turns_of(request.conversation_id)
             RUN.record(row)
 
         # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
@@ -503,7 +511,10 @@ class ClosedLoopUser(_StreamingUser):
             self.backoff_s = 0.0  # asked for a pause (429/503 with Retry-After)
             longest_s = traffic.retry_after_max_s
             asked_s = min(outcome.retry_after_s or 0.0, longest_s or 0.0)
-            self.pause(asked_s + traffic.arrival.think_time_s)
+            wait_s = traffic.arrival.think_time_s
+            if RUN.agent is not None and self.pending:  # the session's next turn: its tool
+                wait_s = RUN.agent.tool_latency_s(self.pending[0])
+            self.pause(asked_s + wait_s)
             return
         # no response at all (refused, reset, timed out): the server may be gone; back off
         # instead of re-sending in a tight loop (seen: 16 users, 1,664 refused requests in 18 s)

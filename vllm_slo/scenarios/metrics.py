@@ -92,6 +92,8 @@ class MeasuredRun(Protocol):
     def measured_latency_s(self) -> Mapping[str, np.ndarray]: ...
     @property
     def span_s(self) -> float: ...
+    @property
+    def session_e2e_s(self) -> np.ndarray: ...
     def bin_widths(self) -> np.ndarray: ...
 
 
@@ -245,15 +247,25 @@ _RESERVED_KEYS = ("by_profile", "by_adapter")  # other keys of an `slo:` block
 def register_metric(metric: Metric) -> Metric:
     """Adds a rate metric computed from data every run holds (its `samples`: the per-second
     value in each 1-s bin of the rate span); returns it. From then on it is an `slo:` key
-    (`name: "> N unit"`), a cell (`name.mean`), a verdict and a report line. A new latency or
-    fraction metric is also a column of summaries and figures: that one is a built-in entry
-    above. ValueError on a taken or malformed name, another kind, or a missing part."""
+    (`name: "> N unit"`), a cell (`name.mean`), a verdict and a report line. A latency of
+    something other than a request (`sampled_per`, e.g. "session": the agent profile's
+    `session_e2e`) registers too: an `slo:` key judged on its samples, not a goodput rule. A
+    new per-request latency or a fraction metric is also a column of summaries and figures:
+    that one is a built-in entry above. ValueError on a taken or malformed name, another
+    kind, or a missing part."""
     if not _METRIC_NAME.match(metric.name) or metric.name in _RESERVED_KEYS:
         raise ValueError(f"a metric's name is lower_snake_case and not "
                          f"{', '.join(_RESERVED_KEYS)}, got {metric.name!r}")
+    if metric.kind is MetricKind.LATENCY and metric.sampled_per not in ("request", "gap",
+                                                                        "token", ""):
+        if metric.samples is None or metric.summary_field:
+            raise ValueError(f"latency metric {metric.name!r} needs its samples and no "
+                             "summary_field")
+        return _METRICS.add(metric.name, metric)
     if metric.kind is not MetricKind.RATE:
-        raise ValueError(f"register_metric adds rate metrics; {metric.name!r} is "
-                         f"{metric.kind.value} (a built-in entry of metrics.py)")
+        raise ValueError(f"register_metric adds rate metrics and latencies of something "
+                         f"other than a request; {metric.name!r} is {metric.kind.value} "
+                         f"per {metric.sampled_per or '?'} (a built-in entry of metrics.py)")
     if metric.samples is None or not metric.unit or metric.summary_field:
         raise ValueError(f"rate metric {metric.name!r} needs its samples (per 1-s bin), a "
                          "unit such as 'req/s', and no summary_field (RunSummary holds the "

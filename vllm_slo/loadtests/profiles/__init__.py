@@ -8,7 +8,7 @@ equal."""
 
 from __future__ import annotations
 
-from vllm_slo.loadtests.profiles import chat, long_doc, mix, sharegpt, trace
+from vllm_slo.loadtests.profiles import agent, chat, long_doc, mix, sharegpt, trace
 from vllm_slo.loadtests.profiles.base import (
     PROFILES,
     Profile,
@@ -16,7 +16,8 @@ from vllm_slo.loadtests.profiles.base import (
     unregister_profile,
 )
 
-for _profile in (chat.PROFILE, long_doc.PROFILE, sharegpt.PROFILE, mix.PROFILE, trace.PROFILE):
+for _profile in (chat.PROFILE, long_doc.PROFILE, sharegpt.PROFILE, mix.PROFILE, trace.PROFILE,
+                 agent.PROFILE):
     register_profile(_profile, built_in=True)
 
 __all__ = ["PROFILES", "Profile", "register_profile", "unregister_profile"]

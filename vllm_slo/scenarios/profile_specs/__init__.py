@@ -7,7 +7,7 @@ its line in its package's list; a plugin or a test registers both from one modul
 
 from __future__ import annotations
 
-from vllm_slo.scenarios.profile_specs import chat, long_doc, mix, sharegpt, trace
+from vllm_slo.scenarios.profile_specs import agent, chat, long_doc, mix, sharegpt, trace
 from vllm_slo.scenarios.profile_specs.chat import ChatSpec
 from vllm_slo.scenarios.profile_specs.long_doc import LongDocSpec
 from vllm_slo.scenarios.profile_specs.registry import (
@@ -20,7 +20,7 @@ from vllm_slo.scenarios.profile_specs.registry import (
 )
 from vllm_slo.scenarios.profile_specs.sharegpt import ShareGptSpec
 
-for _spec in (chat.SPEC, long_doc.SPEC, sharegpt.SPEC, mix.SPEC, trace.SPEC):
+for _spec in (chat.SPEC, long_doc.SPEC, sharegpt.SPEC, mix.SPEC, trace.SPEC, agent.SPEC):
     register_profile_spec(_spec, built_in=True)
 
 __all__ = ["PROFILE_SPECS", "ChatSpec", "LongDocSpec", "ProfileSpec", "ShareGptSpec",
