@@ -377,3 +377,27 @@ def test_the_report_shows_the_trace_next_to_what_was_sent() -> None:
     document = to_json(traffic)
     jsonschema.Draft202012Validator(schema["properties"]["traffic"]).validate(document)
     assert document["trace"]["verdict"] == "mismatch"
+
+
+def test_a_bad_trace_is_a_usage_error_before_any_server_starts(tmp_path: Path) -> None:
+    from vllm_slo.runner import check_traffic_inputs
+    from vllm_slo.scenarios.errors import ScenarioError
+
+    path = mooncake(tmp_path / "m.jsonl", [*ROWS, {**ROWS[0], "timestamp": 2000},
+                                           {**ROWS[0], "timestamp": 2500, "input_length": -3}])
+    traffic = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                          "trace": {"path": str(path)}})
+    with pytest.raises(ScenarioError) as error:
+        check_traffic_inputs(traffic, "variants.b: ")
+    assert str(error.value) == (f"variants.b: traffic.trace: {path}:5: column 'input_length': "
+                                "a negative length (-3)")
+    # a run whose traffic ends before line 4's time stops there: line 5 is never read
+    short = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                        "warmup": "0s", "duration": "1.9s",
+                                        "trace": {"path": str(path)}})
+    check_traffic_inputs(short)
+    good = mooncake(tmp_path / "good.jsonl", ROWS)
+    empty = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                        "trace": {"path": str(good), "start": "1h"}})
+    with pytest.raises(ScenarioError, match="no request to send: 3 records read"):
+        check_traffic_inputs(empty)

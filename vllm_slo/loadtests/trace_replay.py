@@ -199,7 +199,7 @@ def hit_rate(hits: Sequence[int], inputs: Sequence[int]) -> float | None:
     return sum(hits) / total if total > 0 else None
 
 
-def _spread(values: Sequence[float], prefix: str) -> dict[str, float | None]:
+def _spread(values: Sequence[float] | np.ndarray, prefix: str) -> dict[str, float | None]:
     if len(values) == 0:
         return {f"{prefix}_mean": None, f"{prefix}_p50": None, f"{prefix}_p99": None}
     array = np.asarray(values, dtype=float)

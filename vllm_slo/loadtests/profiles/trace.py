@@ -36,6 +36,29 @@ def trace_path(spec: TraceSpec) -> Path:
     return Path(spec.path).expanduser() if spec.path else DEFAULT_TRACE_PATH
 
 
+def check_trace(traffic: TrafficSpec) -> None:
+    """Read the part of the trace the run replays, before any server starts: a bad line (the
+    readers' TraceFormatError), block ids the input cannot fill, or a window with nothing to
+    send raise ValueError saying where."""
+    spec = traffic.settings(TraceSpec)
+    path = trace_path(spec)
+    selection = select_sends(
+        read_trace(path, spec.format), start_s=spec.start_s, end_s=spec.end_s,
+        speedup=spec.speedup, rate_scale=spec.rate_scale, max_requests=spec.max_requests,
+        total_s=traffic.total_s)
+    for send in selection.sends:
+        check_blocks(send, spec.block_tokens, str(path))
+    if not selection.sends:
+        raise ValueError(_nothing_to_send(path, spec, traffic, selection.records_read))
+
+
+def _nothing_to_send(path: Path, spec: TraceSpec, traffic: TrafficSpec, read: int) -> str:
+    return (f"{path}: no request to send: {read} records read, none with input and output "
+            f"tokens in the window from {spec.start_s:g} s"
+            + (f" to {spec.end_s:g} s" if spec.end_s is not None else "")
+            + f" within the run's {traffic.total_s:g} s at speedup {spec.speedup:g}")
+
+
 def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
     """The replay's requests in send order, each with its send time (`arrival_s`)."""
@@ -47,11 +70,7 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
         total_s=traffic.total_s, max_sends=n_requests)
     tally.filtered = dict(selection.filtered)
     if not selection.sends:
-        raise ValueError(
-            f"{path}: no request to send: {selection.records_read} records read, none with "
-            f"input and output tokens in the window from {spec.start_s:g} s"
-            + (f" to {spec.end_s:g} s" if spec.end_s is not None else "")
-            + f" within the run's {traffic.total_s:g} s at speedup {spec.speedup:g}")
+        raise ValueError(_nothing_to_send(path, spec, traffic, selection.records_read))
     words = WordTexts(counter)
     texts = BlockTexts(words.fillers, spec.block_tokens, seed)
     kept: list[tuple[Replayed, int]] = []  # a send and its prompt tokens after the policy
