@@ -30,6 +30,7 @@ from vllm_slo.loadtests.lora_split import unserved_names
 from vllm_slo.loadtests.openai_stream import PATHS, request_body
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
+from vllm_slo.loadtests.profiles.trace import check_trace
 from vllm_slo.loadtests.prompts import (
     DEFAULT_SHAREGPT_PATH,
     flatten_for_completions,
@@ -112,8 +113,9 @@ def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
 def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
     """What the traffic reads from disk, read before a run folder or a server exists (a usage
     error must leave no folder and start no server): traffic.tokenizer loads, a ShareGPT file
-    holds at least one well-formed conversation, an open-loop schedule is of a plannable
-    size. `where` names a variant (`variants.b: `)."""
+    holds at least one well-formed conversation, the part of a trace the run replays reads
+    cleanly, an open-loop schedule is of a plannable size. `where` names a variant
+    (`variants.b: `)."""
     if traffic.tokenizer:
         try:
             local_token_counter(traffic.tokenizer)
@@ -133,6 +135,11 @@ def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
             raise ScenarioError(
                 f"{where}traffic.sharegpt: {path}: no entry is a usable conversation "
                 f"({len(entries)} malformed; the first: {reasons[0]})")
+    if traffic.profile == "trace":
+        try:
+            check_trace(traffic)
+        except ValueError as error:
+            raise ScenarioError(f"{where}traffic.trace: {error}") from None
     rate = traffic.arrival.peak_rate()
     if traffic.arrival.open_loop and rate is not None \
             and rate * traffic.total_s > MAX_OPEN_LOOP_PLAN:
