@@ -523,7 +523,8 @@ def _traffic_phase(trial: _Trial, served: _Served,
         say(f"\r{line}" if interactive else line)
 
     arrival = traffic.arrival
-    rate = "at the trace's times" if arrival.kind == "trace" else f"{arrival.peak_rate():g} req/s"
+    rate = ("at the trace's times" if arrival.kind == "trace"  # closed loop: no rate
+            else f"{arrival.peak_rate() or 0:g} req/s")
     shape = (f"{arrival.kind} {rate} (max {arrival.max_in_flight} "
              f"in flight)" if arrival.open_loop else f"{arrival.kind} loop, "
              f"{arrival.users} users")
