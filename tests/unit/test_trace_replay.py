@@ -401,3 +401,20 @@ def test_a_bad_trace_is_a_usage_error_before_any_server_starts(tmp_path: Path) -
                                         "trace": {"path": str(good), "start": "1h"}})
     with pytest.raises(ScenarioError, match="no request to send: 3 records read"):
         check_traffic_inputs(empty)
+
+
+def test_a_session_is_one_conversation_its_turns_in_order(tmp_path: Path) -> None:
+    from vllm_slo.loadtests.profiles.trace import conversations
+
+    sends = [Replayed(TraceRecord(i + 1, i, 5, 1, (), session), lane, float(i))
+             for i, (session, lane) in enumerate([("a", 0), (None, 0), ("b", 0), ("a", 0),
+                                                  ("a", 1), (None, 0), ("b", 0)])]
+    assert conversations(sends) == [(0, 0), (1, 0), (2, 0), (0, 1), (3, 0), (4, 0), (2, 1)]
+    path = tmp_path / "g.csv"
+    path.write_text("timestamp_s,input_tokens,output_tokens,session_id\n"
+                    "0,5,2,alice\n0.5,6,2,bob\n1,7,2,alice\n")
+    traffic = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                          "trace": {"format": "generic", "path": str(path)}})
+    plan = build_plan(traffic, WordCounter(), None, 100)
+    assert [(r.conversation_id, r.turn) for r in plan.requests] == [(0, 0), (1, 0), (0, 1)]
+    assert [r.prompt_tokens for r in plan.requests] == [5, 6, 7]

@@ -92,11 +92,11 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
                 for position, (send, tokens) in enumerate(kept)]
     counted = counter.count_many(contents)
     candidates = []
-    for position, ((send, _), content, tokens) in enumerate(
-            zip(kept, contents, counted, strict=True)):
+    for (send, _), content, tokens, (conversation, turn) in zip(
+            kept, contents, counted, conversations([send for send, _ in kept]), strict=True):
         message = Message("user", content)
         message.tokens = tokens
-        candidates.append(Candidate(position, 0, [message], send.record.output_tokens,
+        candidates.append(Candidate(conversation, turn, [message], send.record.output_tokens,
                                     PROFILE_NAME, arrival_s=send.offset_s))
     misses = [(tokens, want) for (_, want), tokens in zip(kept, counted, strict=True)
               if tokens != want]
@@ -109,6 +109,25 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     tally.facts[PROFILE_NAME] = _facts(spec, path, traffic, selection, kept)
     _warn_short_replay(traffic, kept, selection.stopped, tally)
     return candidates
+
+
+def conversations(sends: list[Replayed]) -> list[tuple[int, int]]:
+    """(conversation id, turn) per send: the sends of one session (the generic format's
+    `session_id`, per lane) are one conversation, its turns in send order (so a LoRA split
+    deals a whole session to one name); a send without a session is a conversation of its
+    own. Ids count up in order of first appearance."""
+    ids: dict[tuple[int, str], int] = {}  # (lane, session) -> conversation
+    turns: list[int] = []  # conversation -> turns so far
+    out = []
+    for send in sends:
+        session = send.record.session_id
+        key = None if session is None else (send.lane, session)
+        conversation = len(turns) if key is None else ids.setdefault(key, len(turns))
+        if conversation == len(turns):
+            turns.append(0)
+        out.append((conversation, turns[conversation]))
+        turns[conversation] += 1
+    return out
 
 
 def _facts(spec: TraceSpec, path: Path, traffic: TrafficSpec, selection: Selection,
