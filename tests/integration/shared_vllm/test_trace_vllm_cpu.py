@@ -64,6 +64,8 @@ def test_vllm_counts_the_hit_rate_the_trace_implies(shared_vllm: VllmServer,
     assert not any(w.startswith(MISMATCH_NAME) for w in summary["warnings"])
     by_name = {row["statistic"]: row for row in fidelity["rows"]}
     assert by_name["requests"]["sent"] == by_name["requests"]["trace"]
+    # ignore_eos: the trace's output lengths (a request still streaming when the traffic
+    # stopped would count short)
     assert by_name["output tokens mean"]["sent"] == pytest.approx(
-        by_name["output tokens mean"]["trace"])  # ignore_eos: the trace's output lengths
+        by_name["output tokens mean"]["trace"], rel=0.05)
     assert f"{implied:.3f} implied ± 0.05: met" in result.output
