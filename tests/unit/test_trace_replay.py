@@ -418,3 +418,9 @@ def test_a_session_is_one_conversation_its_turns_in_order(tmp_path: Path) -> Non
     plan = build_plan(traffic, WordCounter(), None, 100)
     assert [(r.conversation_id, r.turn) for r in plan.requests] == [(0, 0), (1, 0), (0, 1)]
     assert [r.prompt_tokens for r in plan.requests] == [5, 6, 7]
+
+
+def test_the_shipped_sample_is_what_its_script_generates() -> None:
+    from vllm_slo.loadtests.make_trace_sample import records
+
+    assert DEFAULT_TRACE_PATH.read_text() == "".join(json.dumps(r) + "\n" for r in records())
