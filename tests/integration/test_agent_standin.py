@@ -71,3 +71,6 @@ def test_sessions_wait_for_their_tools_and_are_judged_whole(tmp_path: Path) -> N
         assert slo["observed"]["n"] == sessions.complete
         assert 2 * TOOL_S + 3 * 0.08 - 0.01 <= slo["observed"]["value"] < 1.35
     assert "session_e2e mean < 0.7s" in result.output
+    reported = summary["sessions"]  # summary.json and the terminal say the sessions
+    assert reported["complete"] == sessions.complete and reported["turns_mean"] == TURNS
+    assert f"sessions: {sessions.complete} complete, " in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -221,3 +222,56 @@ def test_a_session_slo_is_judged_on_the_sessions() -> None:
     scenario, _ = load_scenario("chat", ['slo={session_e2e: ["p90 < 1s"]}'])
     estimate, _ = goodput(scenario.slo.rules(), series)
     assert estimate.value == pytest.approx(summary.requests_per_s.value)
+
+
+def test_a_session_run_folder_reports_its_sessions(tmp_path) -> None:
+    """summary.json (schema-valid, `sessions` only for a run with sessions), the terminal's
+    sessions line and report.html's row, from a run folder written as the runner writes one."""
+    import jsonschema
+    import yaml
+
+    from vllm_slo.reports.run_report import render_run
+    from vllm_slo.run_folder.samples_format import SampleWriter
+
+    repo = Path(__file__).resolve().parents[2]
+    scenario, _ = load_scenario("agent", ["traffic.duration=60s",
+                                          'slo={session_e2e: ["p90 < 60s"]}'])
+    run_dir = tmp_path / "agent-run"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario.to_yaml_dict()))
+    writer = SampleWriter(run_dir / "samples" / "samples-host-1.arrows")
+    rows = []
+    for k in range(12):
+        rows += _session_rows(k, k, 1000.0 + k, 4, 4, 0.1, 0.5, 1.0)
+    rows += _session_rows(40, 40, 1001.0, 2, 4, 0.1, 0.5, 1.0)  # cut
+    for row in rows:
+        writer.append(row)
+    writer.close()
+    rendered = render_run(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jsonschema.validate(summary, json.loads(
+        (repo / "reports" / "schema" / "summary.schema.json").read_text()))
+    sessions = summary["sessions"]
+    assert (sessions["complete"], sessions["failed"], sessions["cut"]) == (12, 0, 1)
+    assert sessions["turns_mean"] == 4.0
+    assert sessions["duration"]["count"] == 12
+    assert sessions["duration"]["percentiles"]["p50"]["value"] == pytest.approx(5.0)
+    assert [t["percentiles"]["p50"]["value"] for t in sessions["ttft_by_turn"]] == \
+        pytest.approx([0.1, 0.2, 0.3, 0.4])
+    line = ("sessions: 12 complete, 0 failed, 1 cut · 4.0 turns · duration p50/p90 "
+            "5.00s/5.00s · ttft p50 by turn 100.0ms 200.0ms 300.0ms 400.0ms")
+    assert line in rendered.text
+    assert "12 complete, 0 failed, 1 cut" in (run_dir / "report.html").read_text()
+    (slo,) = summary["slos"]
+    assert slo["metric"] == "session_e2e" and slo["observed"]["n"] == 12
+    # a run of another profile has no sessions key
+    chat_dir = tmp_path / "chat-run"
+    chat_dir.mkdir()
+    (chat_dir / "scenario.yaml").write_text(
+        yaml.safe_dump(load_scenario("chat", [])[0].to_yaml_dict()))
+    writer = SampleWriter(chat_dir / "samples" / "samples-host-1.arrows")
+    for row in rows[:8]:
+        writer.append({**row, "session_turns": None, "profile": "chat"})
+    writer.close()
+    render_run(chat_dir)
+    assert "sessions" not in json.loads((chat_dir / "summary.json").read_text())

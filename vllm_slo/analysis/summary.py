@@ -15,8 +15,9 @@ import numpy as np
 from vllm_slo.analysis.chunk_tokens import StreamFacts
 from vllm_slo.analysis.client_health import ClientHealth
 from vllm_slo.analysis.prefix_cache import PrefixCacheCheck
-from vllm_slo.analysis.run_metrics import RunSummary
+from vllm_slo.analysis.run_metrics import MetricSummary, RunSummary, summarize_metric
 from vllm_slo.analysis.server_crosscheck import LatencyCrosscheck
+from vllm_slo.analysis.sessions import SessionSeries
 from vllm_slo.analysis.trace_fidelity import TraceFidelity
 from vllm_slo.analysis.verdicts import SloResult, VerdictScope
 from vllm_slo.redaction import redact_secrets
@@ -135,16 +136,43 @@ class MetricEntry:
     percentiles: Mapping[str, ReportedEstimate]
 
 
+def metric_entry(metric: MetricSummary) -> MetricEntry:
+    """A latency metric as reported (count, mean, percentiles)."""
+    return MetricEntry(
+        count=metric.count, mean=ReportedEstimate.of(metric.mean),
+        percentiles={percentile_key(q): ReportedEstimate.of(e)
+                     for q, e in metric.percentiles.items()})
+
+
 def metric_entries(summary: RunSummary) -> dict[str, MetricEntry]:
     """Every latency metric of a run summary as reported (count, mean, percentiles)."""
-    entries = {}
-    for name in LATENCY_METRICS:
-        metric = summary.metrics[name]
-        entries[name] = MetricEntry(
-            count=metric.count, mean=ReportedEstimate.of(metric.mean),
-            percentiles={percentile_key(q): ReportedEstimate.of(e)
-                         for q, e in metric.percentiles.items()})
-    return entries
+    return {name: metric_entry(summary.metrics[name]) for name in LATENCY_METRICS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionsEntry:
+    """The agent profile's sessions that started in the measured window
+    (`analysis/sessions.py`): how many completed, failed or were cut by the run's end, and of
+    the complete ones their turns, their durations (`session_e2e`) and each turn's TTFT."""
+
+    complete: int
+    failed: int
+    cut: int
+    turns_mean: float | None
+    duration: MetricEntry
+    ttft_by_turn: tuple[MetricEntry, ...]
+
+    @classmethod
+    def of(cls, sessions: SessionSeries, confidence: float = 0.95) -> SessionsEntry | None:
+        """None for a run without sessions."""
+        if sessions.counted == 0:
+            return None
+        return cls(
+            complete=sessions.complete, failed=sessions.failed, cut=sessions.cut,
+            turns_mean=float(sessions.turns.mean()) if sessions.turns.size else None,
+            duration=metric_entry(summarize_metric("session_e2e", sessions.e2e_s, confidence)),
+            ttft_by_turn=tuple(metric_entry(summarize_metric("ttft", values, confidence))
+                               for values in sessions.ttft_by_turn_s))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +316,8 @@ class RunSummaryDocument(EchoesScenario):
     metrics: Mapping[str, MetricEntry]
     # tokens per chunk and reasoning (None: not computed)
     stream: StreamFacts | None = json_field(default=None, omit_none=True)
+    # profile agent: the measured window's sessions (None: a run without sessions)
+    sessions: SessionsEntry | None = json_field(default=None, omit_none=True)
     # a mix's parts; None: one profile
     by_profile: Mapping[str, ProfileEntry] | None = json_field(default=None, omit_none=True)
     # traffic.lora's names; None: no split
@@ -319,6 +349,7 @@ def build_summary(
     server_crosscheck: LatencyCrosscheck | None = None,
     by_profile: Mapping[str, RunSummary] | None = None,
     by_adapter: Mapping[str, RunSummary] | None = None,
+    sessions: SessionSeries | None = None,
     warnings: Sequence[str],
 ) -> RunSummaryDocument:
     """The run's document. The scenario and provenance echoes are redacted here
@@ -351,4 +382,5 @@ def build_summary(
                     if by_adapter else None),
         rate_span_s=summary.rate_span_s,
         stream=summary.stream,
+        sessions=None if sessions is None else SessionsEntry.of(sessions),
     )

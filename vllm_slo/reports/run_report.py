@@ -236,6 +236,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         by_adapter={name.removeprefix(ADAPTER_PART): part_summary
                     for name, (_, part_summary) in parts.items()
                     if name.startswith(ADAPTER_PART)},
+        sessions=series.sessions,
         warnings=[*status.warnings, *read_warnings, *sizing.notes, *cache_warnings,
                   *_metric_failures(scenario.slo.rules(), series, parts)])
     return LoadedRun(document, series, table, server_records)

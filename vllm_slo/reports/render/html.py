@@ -61,6 +61,7 @@ from vllm_slo.reports.render.text import (
     format_threshold,
     outcome,
     scope_note,
+    sessions_line,
     slo_name,
     verdict_counts,
 )
@@ -319,6 +320,13 @@ def _trace_value(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.4g}"
 
 
+def session_rows(summary: RunSummaryDocument) -> list[tuple[str, str]]:
+    """The agent profile's sessions (summary.json "sessions"), as the terminal says them."""
+    line = sessions_line(summary)
+    return [] if line is None else [("sessions (measured window)",
+                                      line.removeprefix("sessions: "))]
+
+
 def stream_rows(facts: StreamFacts | None) -> list[tuple[str, str]]:
     """What the streams carried (summary.json "stream"): tokens per chunk and reasoning."""
     if facts is None:
@@ -488,7 +496,7 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
                      f"intended send time).")
     health_view = HealthView(
         load=[*load_rows(summary.traffic, summary.requests.measured),
-              *stream_rows(summary.stream)],
+              *stream_rows(summary.stream), *session_rows(summary)],
         send_lag=_percentile_rows(health.send_lag_s, format_duration_s, (50, 90, 99)),
         chunks=chunk_rows, errors=error_rows(summary.requests, table),
         figure=FigureView("fig-health", "Measurement health", health_figure({label: health})),

@@ -251,6 +251,24 @@ def trace_line(summary: RunSummaryDocument) -> str | None:
             f"± {fidelity.tolerance:.2f}: {verdict}")
 
 
+def sessions_line(summary: RunSummaryDocument) -> str | None:
+    """`sessions: 42 complete, 0 failed, 3 cut · 3.0 turns · duration p50/p90 1.06s/1.07s ·
+    ttft p50 by turn 52.0ms 53.1ms 55.0ms`; None for a run without sessions."""
+    sessions = summary.sessions
+    if sessions is None:
+        return None
+    line = (f"sessions: {sessions.complete} complete, {sessions.failed} failed, "
+            f"{sessions.cut} cut")
+    if sessions.turns_mean is not None:
+        p = sessions.duration.percentiles
+        line += (f" · {sessions.turns_mean:.1f} turns · duration p50/p90 "
+                 f"{format_latency(p['p50'])}/{format_latency(p['p90'])}")
+    if sessions.ttft_by_turn:
+        line += " · ttft p50 by turn " + " ".join(
+            format_latency(turn.percentiles["p50"]) for turn in sessions.ttft_by_turn)
+    return line
+
+
 def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
@@ -289,6 +307,9 @@ def render_table(summary: RunSummaryDocument) -> str:
     trace = trace_line(summary)
     if trace is not None:
         lines.append(trace)
+    sessions = sessions_line(summary)
+    if sessions is not None:
+        lines.append(sessions)
     if summary.slos:
         lines.append("")
         width = max(len(slo_label(slo)) for slo in summary.slos)
