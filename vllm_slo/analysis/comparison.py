@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vllm_slo.analysis.quantised_cells import Quantisation, pair_bias_log, quantisation
 from vllm_slo.analysis.trials import Trial, instance_key, trial_cell_value
 from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
 from vllm_slo.stats.statistics import Estimate, Verdict, across_trials_estimate
@@ -193,15 +194,38 @@ def unit_values(group: Group, cell: str, basis: PairBasis) -> np.ndarray:
 
 
 def judge_values(values: Mapping[str, tuple[np.ndarray, np.ndarray]], alpha: float,
-                 test: TrialTest) -> tuple[tuple[Comparison, ...], tuple[Comparison, ...]]:
+                 test: TrialTest, quantised: Mapping[str, tuple[Quantisation, ...]] | None = None
+                 ) -> tuple[tuple[Comparison, ...], tuple[Comparison, ...]]:
     """The one judgement `compare`, experiments and `gate` make of a pair (cell ->
     (baseline's, candidate's) unit values): `test` on every cell, Holm over the cells (one
     family per pair). Returns the Holm-adjusted comparisons (significance; intervals at the
     Holm-consistent level) and the unadjusted ones (each cell's own 1 - alpha interval: what
-    a gate's PASS, an intersection-union test, rests on)."""
-    raw = tuple(compare_trials(base, cand, alpha=alpha, test=test)
-                for base, cand in values.values())
+    a gate's PASS, an intersection-union test, rests on). A cell with quantised sides
+    (`quantised`: `quantised_cells.quantisation`) is tested over its phase-bias box
+    (`compare_trials`' ``bias_log``), and says so in its warnings."""
+    quantised = quantised or {}
+    raw = tuple(_quantised(compare_trials(base, cand, alpha=alpha, test=test,
+                                          bias_log=pair_bias_log(quantised.get(cell, ()))),
+                           quantised.get(cell, ()))
+                for cell, (base, cand) in values.items())
     return with_holm(raw), raw
+
+
+def _quantised(comparison: Comparison, sides: Sequence[Quantisation]) -> Comparison:
+    if not sides:
+        return comparison
+    notes = tuple(f"{q.text()}: tested over a bias of up to ×/÷{math.exp(q.bias_log):.3g} "
+                  f"on this side" for q in sides)
+    return dataclasses.replace(comparison, warnings=(*comparison.warnings, *notes))
+
+
+def pair_quantisation(baseline: Group, candidate: Group, cells: Sequence[str]
+                      ) -> dict[str, tuple[Quantisation, ...]]:
+    """The quantised sides of each cell of a pair (cells without any are left out)."""
+    found = {cell: tuple(q for q in (quantisation(baseline.label, baseline.trials, cell),
+                                     quantisation(candidate.label, candidate.trials, cell))
+                         if q is not None) for cell in cells}
+    return {cell: sides for cell, sides in found.items() if sides}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +275,7 @@ def compare_pair(baseline: Group, candidate: Group, cells: Sequence[str], alpha:
     basis = pair_basis(baseline, candidate, within_instance)
     adjusted, raw = judge_values(
         {cell: (unit_values(baseline, cell, basis), unit_values(candidate, cell, basis))
-         for cell in cells}, alpha, test)
+         for cell in cells}, alpha, test, pair_quantisation(baseline, candidate, cells))
     return basis, tuple(
         CellComparison(cell, baseline.label, candidate.label, result, basis.decides, own)
         for cell, result, own in zip(cells, adjusted, raw, strict=True))

@@ -39,6 +39,8 @@ class Comparison:
     ``shift_range``/``ratio_range`` give the widest interval the trials allow instead (all
     pairwise differences/ratios, at level 1 - minimum possible p), descriptive only.
     ``values_a``/``values_b`` are the per-trial values compared (NaNs dropped).
+    ``bias_log`` > 0 (a quantised cell): p and intervals hold for every log-ratio bias within
+    ``±bias_log`` (``compare_trials``).
 
     ``test``: "mann-whitney" (Mann-Whitney U; Hodges-Lehmann shift and ratio; centers are
     medians) or "welch-log" (Welch t on per-trial logarithms; ``ratio`` is the ratio of
@@ -67,6 +69,9 @@ class Comparison:
     ratio_range: Estimate | None = None
     interval_agrees: bool = True  # False only with ties (the warning says so)
     test: TrialTest = "mann-whitney"
+    #: a bound on a bias of the log-ratio that the per-trial spread cannot show (a quantised
+    #: cell: `compare_trials`' ``bias_log``); 0: none
+    bias_log: float = 0.0
 
     @property
     def interval_confidence(self) -> float:
@@ -274,6 +279,8 @@ def _with_intervals(comparison: Comparison) -> Comparison:
     ``testable``, the widest intervals when it is not, and the agreement check."""
     xa = np.asarray(comparison.values_a, dtype=float)
     xb = np.asarray(comparison.values_b, dtype=float)
+    if comparison.bias_log > 0.0 and xa.size and xb.size:
+        return _with_biased_intervals(comparison, xa, xb)
     n_a, n_b = xa.size, xb.size
     alpha, factor = comparison.alpha, comparison.holm_factor
     confidence = comparison.interval_confidence
@@ -310,6 +317,50 @@ def _with_intervals(comparison: Comparison) -> Comparison:
 _DISAGREE_PREFIX = "interval and p-value disagree"
 
 
+def _shifted(comparison: Comparison, xb: np.ndarray, log_shift: float) -> Comparison:
+    """``comparison`` (no bias) with B's values multiplied by ``exp(log_shift)``: one corner
+    of the bias box, its intervals at the comparison's level."""
+    return _with_intervals(replace(comparison, values_b=tuple(float(v) for v in
+                                                              xb * math.exp(log_shift)),
+                                   bias_log=0.0))
+
+
+def _widened(estimate: Estimate, low: Estimate, high: Estimate, value: float | None
+             ) -> Estimate:
+    """``value`` with the interval from ``low``'s lower end to ``high``'s upper end."""
+    return replace(estimate, value=value, ci_low=low.ci_low, ci_high=high.ci_high,
+                   method=f"{estimate.method}+bias-box",
+                   warnings=tuple(dict.fromkeys((*low.warnings, *high.warnings))))
+
+
+def _with_biased_intervals(comparison: Comparison, xa: np.ndarray, xb: np.ndarray
+                           ) -> Comparison:
+    """The intervals of a comparison whose log-ratio may carry a bias within ±bias_log: the
+    union of the intervals at the two corners (B shifted by exp(-bias_log) and by
+    exp(+bias_log)), around the unshifted estimate. Excludes 1 exactly when both corners'
+    intervals lie on one side of it, i.e. when the bias-box p (`compare_trials`) is below the
+    level."""
+    beta = comparison.bias_log
+    centre = _shifted(comparison, xb, 0.0)
+    low, high = _shifted(comparison, xb, -beta), _shifted(comparison, xb, beta)
+    ratio = _widened(centre.ratio, low.ratio, high.ratio, centre.ratio.value)
+    shift = _widened(centre.shift, low.shift, high.shift, centre.shift.value)
+    testable = low.testable and high.testable
+
+    def union(lower: Estimate | None, upper: Estimate | None, value: float | None
+              ) -> Estimate | None:
+        return None if lower is None or upper is None else _widened(lower, lower, upper, value)
+
+    significant = comparison.significant
+    agrees = not testable or _excludes(ratio, 1.0) == significant
+    return replace(comparison, shift=shift, ratio=ratio, testable=testable,
+                   shift_range=None if testable else union(low.shift_range, high.shift_range,
+                                                           centre.shift.value),
+                   ratio_range=None if testable else union(low.ratio_range, high.ratio_range,
+                                                           centre.ratio.value),
+                   interval_agrees=agrees, warnings=comparison.warnings)
+
+
 def _with_welch_intervals(comparison: Comparison, xa: np.ndarray, xb: np.ndarray) -> Comparison:
     """The welch-log path of ``_with_intervals`` (positive values, >= 1 a side): the ratio of
     geometric means with its Welch interval at the comparison's level, the shift mapped onto
@@ -340,6 +391,7 @@ def compare_trials(
     alpha: float = 0.05,
     seed: int = 0,
     test: TrialTest = "mann-whitney",
+    bias_log: float = 0.0,
 ) -> Comparison:
     """B versus A where each value is one trial's statistic (e.g. the p95 TTFT of a run).
 
@@ -357,7 +409,19 @@ def compare_trials(
     of each side.
     ``p_adjusted`` equals ``p_value`` until ``with_holm`` adjusts a family (and the intervals
     with it). NaNs are dropped.
+
+    ``bias_log`` > 0: the log of ``b / a`` may carry a bias within ``±bias_log`` that the
+    per-trial spread does not show (a quantised cell, whose trials share one phase: the
+    analysis layer's `quantisation`). The test is then the least significant over that box:
+    B's values shifted by ``exp(s)`` for every ``s`` in it — p is 1 when the two corners'
+    estimates lie on opposite sides of no change (a shift inside the box makes the sides
+    equal), else the larger of the corners' p-values; the intervals are the union of the
+    corners' (`_with_biased_intervals`), so an interval excludes 1 exactly when p < alpha.
     """
+    if bias_log > 0.0:
+        return _compare_in_bias_box(a, b, alpha, seed, test, bias_log)
+    if not bias_log >= 0.0:
+        raise ValueError(f"bias_log must be >= 0, got {bias_log!r}")
     check_alpha(alpha)
     xa, warn_a = drop_nan(a, "a")
     xb, warn_b = drop_nan(b, "b")
@@ -393,6 +457,34 @@ def compare_trials(
     return _with_intervals(Comparison(n_a, n_b, center_a, center_b, p_value, p_value,
                                       placeholder, placeholder, significant, alpha, warnings,
                                       values_a=values_a, values_b=values_b))
+
+
+def _compare_in_bias_box(a: np.ndarray, b: np.ndarray, alpha: float, seed: int,
+                         test: TrialTest, bias_log: float) -> Comparison:
+    """`compare_trials` with ``bias_log`` > 0 (its docstring says how)."""
+    if not math.isfinite(bias_log):
+        raise ValueError(f"bias_log must be finite, got {bias_log!r}")
+    centre = compare_trials(a, b, alpha, seed, test)
+    xb = np.asarray(centre.values_b, dtype=float)
+    corners = [compare_trials(a, xb * math.exp(s), alpha, seed, test)
+               for s in (-bias_log, bias_log)]
+    p_value: float | None = None
+    if all(c.p_value is not None for c in corners):
+        sides = {_side(c) for c in corners}
+        p_value = (1.0 if len(sides) > 1 or 0 in sides
+                   else max(float(c.p_value) for c in corners if c.p_value is not None))
+    significant = p_value is not None and bool(below_alpha(p_value, alpha))
+    return _with_intervals(replace(centre, p_value=p_value, p_adjusted=p_value,
+                                   significant=significant, bias_log=bias_log,
+                                   test=centre.test))
+
+
+def _side(comparison: Comparison) -> int:
+    """-1, 0 or +1: on which side of no change the comparison's log-ratio estimate lies."""
+    value = comparison.ratio.value
+    if value is None or value == 1.0:
+        return 0
+    return 1 if value > 1.0 else -1
 
 
 def _compare_welch(xa: np.ndarray, xb: np.ndarray, alpha: float, warnings: tuple[str, ...]
