@@ -23,8 +23,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vllm_slo.analysis.comparison import format_ratio
+import numpy as np
+
+from vllm_slo.analysis.comparison import format_ratio, reachability_warning
 from vllm_slo.analysis.experiment_design import sequential_design
+from vllm_slo.analysis.quantised_cells import Quantisation, counts_quantisation, pair_bias_log
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
@@ -32,6 +35,7 @@ from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.slo import part_column
 from vllm_slo.stats.sequential import decide_cells
+from vllm_slo.stats.trial_statistics import compare_trials
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "results" / "h200" / "claims.sources.json"
@@ -74,6 +78,42 @@ def summary_cell_value(document: dict[str, Any], cell: str) -> float:
                          "throughput only; this cell needs the run's samples")
     value = estimate["value"]
     return math.nan if value is None else float(value)
+
+
+def completed_requests(document: dict[str, Any]) -> int | None:
+    """The requests a run's request throughput counted: its rate over its span."""
+    rates = document.get("throughput") or {}
+    value = (rates.get("requests_per_s") or {}).get("value")
+    span = rates.get("rate_span_s")
+    return None if value is None or not span else round(float(value) * float(span))
+
+
+def quantised_sides(scenario: Any, cell: str, labels: tuple[str, str],
+                    counts: tuple[list[int | None], list[int | None]]) -> list[Quantisation]:
+    """The quantised sides of a whole-run rate cell (`quantised_cells.counts_quantisation`):
+    a closed loop whose valid trials completed identical request counts."""
+    arrival = scenario.traffic.arrival
+    parsed = parse_cell(cell)
+    if (parsed.metric.kind is not MetricKind.RATE or parsed.part is not None
+            or arrival.kind != "closed"):
+        return []
+    found = [counts_quantisation(cell, label, [c for c in side if c is not None],
+                                 arrival.users) for label, side in zip(labels, counts,
+                                                                      strict=True)]
+    return [q for q in found if q is not None]
+
+
+def phase_box(cell: dict[str, Any], sides: list[Quantisation], test: Any) -> dict[str, Any]:
+    """A quantised cell's entries: its sides named, and its ratio over the phase-bias box at
+    the cell's own level (the fixed-sample `compare_trials` with `bias_log`)."""
+    if not sides:
+        return {}
+    base = np.array([v for v in cell["baseline_trials"] if not math.isnan(v)])
+    cand = np.array([v for v in cell["candidate_trials"] if not math.isnan(v)])
+    boxed = compare_trials(base, cand, alpha=1.0 - cell["ratio_confidence"], test=test,
+                           bias_log=pair_bias_log(sides))
+    return {"quantised": [q.text() for q in sides],
+            "ratio_ci_phase_box": [boxed.ratio.ci_low, boxed.ratio.ci_high]}
 
 
 def valid_count(trial_values: list[float]) -> int:
@@ -132,8 +172,11 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": cell, "verdict": verdict, "ratio": ratio["value"],
                    "ratio_ci": [ratio["ci_low"], ratio["ci_high"]],
-                   "ratio_confidence": ratio["confidence"], "p_change": gain["p_value"],
-                   "p_equivalence": None, "level": tune["alpha"],
+                   "ratio_confidence": ratio["confidence"],
+                   # p against alpha: Holm-adjusted within the ranking when the tune applied
+                   # Holm (an adjusted p is compared with alpha itself)
+                   "p": gain["p_value"], "level": tune["alpha"],
+                   "p_is_holm_adjusted": bool(gain["holm"]),
                    "baseline_trials": given["objective_values"],
                    "candidate_trials": best["objective_values"],
                    "valid_trials": [len(given["objective_values"]),
@@ -145,14 +188,39 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
-def experiment_warnings(folder: Path) -> list[str]:
-    """What the experiment's own summary.json warned of (invalid trials excluded, trials on
-    two machines, ...); none where the folder has no summary.json."""
+#: what the suite's experiments compared with before `compare.test` existed (until 2026-12-03)
+RANK_TEST = "mann-whitney"
+#: an experiment warning about one test's reach (`comparison.reachability_warning`)
+_REACH = "can never reach p<"
+
+
+def experiment_summary(folder: Path) -> dict[str, Any]:
     path = folder / SUMMARY_FILE
-    if not path.is_file():
-        return []
-    warnings: list[str] = json.loads(path.read_text()).get("warnings", [])
-    return warnings
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def run_test(summary: dict[str, Any]) -> str:
+    """The test the experiment itself decided with, from its summary.json: its cells' `test`,
+    else its scenario's `compare.test`, else the rank test (folders written before
+    `compare.test` existed compared with it)."""
+    for comparison in summary.get("comparisons") or []:
+        for cell in comparison.get("cells") or []:
+            if isinstance(cell.get("test"), str):
+                return str(cell["test"])
+    test = ((summary.get("scenario") or {}).get("compare") or {}).get("test")
+    return str(test) if isinstance(test, str) else RANK_TEST
+
+
+def experiment_warnings(summary: dict[str, Any], decided_with: str, cells: int, alpha: float,
+                        per_arm: int) -> list[str]:
+    """What the experiment's own summary.json warned of (invalid trials excluded, trials on
+    two machines, ...), its warnings about a test's reach replaced by the one for the test
+    this table decides with (Welch on logs reaches any p with >= 2 trials a side)."""
+    kept = [w for w in summary.get("warnings", []) if _REACH not in w]
+    if decided_with == RANK_TEST:
+        reach = reachability_warning(per_arm, per_arm, cells, alpha)
+        kept += [reach] if reach else []
+    return kept
 
 
 def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -167,18 +235,23 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     baseline, candidate = list(scenario.variants)[:2]
     cells = list(scenario.compare.cells)
     values: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in cells}
+    counts: tuple[list[int | None], list[int | None]] = ([], [])
     for trial, variant, _ in trial_folders(folder):
         document = json.loads((trial / SUMMARY_FILE).read_text())
         valid = not document.get("invalid_reasons")
+        side = 0 if variant == baseline else 1 if variant == candidate else None
+        if side is None:
+            continue
+        counts[side].append(completed_requests(document) if valid else None)
         for cell in cells:
-            value = summary_cell_value(document, cell) if valid else math.nan
-            side = 0 if variant == baseline else 1 if variant == candidate else None
-            if side is not None:
-                values[cell][side].append(value)
+            values[cell][side].append(summary_cell_value(document, cell) if valid else math.nan)
     per_arm = min(min(len(a), len(b)) for a, b in values.values())
     decisions = decide_cells(design, per_arm, {c: (a[:per_arm], b[:per_arm])
                                                for c, (a, b) in values.items()})
-    return {
+    summary = experiment_summary(folder)
+    ran_with = run_test(summary)
+    counts = (counts[0][:per_arm], counts[1][:per_arm])
+    row: dict[str, Any] = {
         "claim": source["claim"], "statement": source["statement"],
         "scenario": scenario.name, "folder": source["folder"], "model": source["model"],
         "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
@@ -187,12 +260,19 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
                    "alpha": design.alpha, "effect": design.effect, "test": design.test,
                    "cells": design.cells,
                    "interrupted": stopping is not None and stopping.reason == "interrupted"},
-        "warnings": experiment_warnings(folder),
+        "test_run_with": ran_with,
+        "test_changed_after_data": ran_with != design.test,
+        "warnings": experiment_warnings(summary, design.test, design.cells, design.alpha,
+                                        per_arm),
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": d.cell, "verdict": d.decision, "ratio": d.ratio.value,
                    "ratio_ci": [d.ratio.ci_low, d.ratio.ci_high],
-                   "ratio_confidence": d.ratio.confidence, "p_change": d.p_change,
-                   "p_equivalence": d.p_equivalence, "level": d.alpha_look,
+                   "ratio_confidence": d.ratio.confidence,
+                   # the deciding look's own p against the boundary it was held to (its
+                   # Holm step's): p < level exactly when that look decided the cell
+                   "p": d.p_shown, "level": d.level_shown, "p_is_holm_adjusted": False,
+                   "p_at_trials": d.shown_trials,
+                   "p_change_holm": d.p_change, "p_equivalence_holm": d.p_equivalence,
                    "baseline_trials": values[d.cell][0][:per_arm],
                    "candidate_trials": values[d.cell][1][:per_arm],
                    "valid_trials": [valid_count(values[d.cell][0][:per_arm]),
@@ -200,6 +280,29 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
                    "warnings": list(d.warnings)} for d in decisions],
         "command": source["command"],
     }
+    for cell in row["cells"]:
+        cell.update(phase_box(cell, quantised_sides(scenario, cell["cell"],
+                                                    (baseline, candidate), counts),
+                              design.test))
+        cell["verdict"] = verdict_over_box(cell, design.effect)
+    return row
+
+
+def verdict_over_box(cell: dict[str, Any], effect: float) -> str:
+    """A quantised cell's verdict holds only where the phase-bias box agrees: `changed` needs
+    its box interval to exclude 1, `equivalent` needs it inside 1 ± effect; otherwise the
+    cell is `undecided` and keeps the design's word as `verdict_without_box`."""
+    box = cell.get("ratio_ci_phase_box")
+    verdict: str = cell["verdict"]
+    if not box or box[0] is None or box[1] is None:
+        return verdict
+    low, high = box
+    holds = {"changed": low > 1.0 or high < 1.0,
+             "equivalent": 1.0 - effect <= low and high <= 1.0 + effect}.get(verdict, True)
+    if holds:
+        return verdict
+    cell["verdict_without_box"] = verdict
+    return "undecided"
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -215,6 +318,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             if min(cell["valid_trials"]) < row["trials_per_arm"]:
                 trials += " ({}+{} valid)".format(*cell["valid_trials"])
             verdict = f"**{cell['verdict']}**"
+            if row.get("test_changed_after_data"):
+                verdict += (f" (the run decided with {row['test_run_with']}; decided here with "
+                            f"{row['design']['test']})")
+            box = cell.get("ratio_ci_phase_box")
+            if box:
+                verdict += ("; quantised (closed-loop waves): "
+                            f"{format_ratio(cell['ratio'], box[0], box[1])} over the phase bias")
+                if cell.get("verdict_without_box"):
+                    verdict += f", {cell['verdict_without_box']} without it"
             if cell.get("versus_claim") is not None:
                 verdict += f"; claimed ×{cell['claimed_ratio']:g}: {cell['versus_claim']}"
             if row["design"].get("interrupted") and row["scenario"] == "tune":

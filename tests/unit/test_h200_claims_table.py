@@ -93,3 +93,50 @@ def test_the_experiments_own_warnings_travel_with_its_row() -> None:
     assert any(w.startswith("the trials ran on 2 different sets of GPUs")
                for w in row["warnings"])
     assert "variant tuned: 1 invalid trial(s) excluded" in row["warnings"]
+
+
+SEQS = RUNS / "20261203T173703Z-h200-max-num-seqs-ab"  # seqs64: 1,023 requests in every trial
+PREFIX_7B = REPO / "results" / "h200-7b-startup-2026-12-03" / "prefix-caching-ab"
+PREFIX_1B = RUNS / "20261202T054706Z-h200-prefix-caching-ab"  # ran under the rank test
+
+
+def test_a_quantised_throughput_cell_is_decided_over_its_phase_bias() -> None:
+    table = _table()
+    row = table.claim_row(_source(SEQS), REPO)
+    cell = next(c for c in row["cells"] if c["cell"] == "output_throughput.mean")
+    assert cell["quantised"] and "all 4 trials completed 1023 requests" in cell["quantised"][0]
+    low, high = cell["ratio_ci_phase_box"]
+    assert low < 1.0 < high and low < cell["ratio_ci"][0] and high > cell["ratio_ci"][1]
+    assert cell["verdict"] == "undecided" and cell["verdict_without_box"] == "changed"
+    e2e = next(c for c in row["cells"] if c["cell"] == "e2e.p50")
+    assert "quantised" not in e2e and e2e["verdict"] == "changed"  # a latency: never quantised
+    line = next(x for x in table.markdown([row]).splitlines() if "output_throughput" in x)
+    assert "quantised (closed-loop waves)" in line and "changed without it" in line
+
+
+def test_trials_with_different_counts_are_not_quantised() -> None:
+    row = _table().claim_row(_source(PREFIX_7B), REPO)
+    assert all("quantised" not in c for c in row["cells"])
+
+
+def test_a_row_says_which_test_the_run_used_and_drops_the_other_tests_warnings() -> None:
+    table = _table()
+    old = table.claim_row(_source(PREFIX_1B), REPO)
+    assert old["test_run_with"] == "mann-whitney" and old["design"]["test"] == "welch-log"
+    assert old["test_changed_after_data"] is True
+    assert all("decided here with welch-log" in line
+               for line in table.markdown([old]).splitlines()[2:])
+    new = table.claim_row(_source(PREFIX_7B), REPO)
+    assert new["test_changed_after_data"] is False
+    # its summary.json carried the rank test's "can never reach" note beside Welch decisions
+    summary = json.loads((PREFIX_7B / "summary.json").read_text())
+    assert any("can never reach" in w for w in summary["warnings"])
+    assert not any("can never reach" in w for w in new["warnings"])
+
+
+def test_each_cells_p_is_held_to_its_own_level() -> None:
+    row = _table().claim_row(_source(SEQS), REPO)
+    for cell in row["cells"]:
+        assert cell["p_is_holm_adjusted"] is False
+        if cell.get("verdict_without_box", cell["verdict"]) == "changed":
+            assert cell["p"] < cell["level"]
