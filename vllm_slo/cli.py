@@ -14,6 +14,8 @@
              `vllm bench serve` results (--save-result --save-detailed) as a run folder or
              an experiment
     vllm-slo scenarios                                      list shipped scenarios
+    vllm-slo worker --master HOST:PORT --token T            a Locust worker for a run with
+             traffic.remote_workers (it prints this command); exit 3: the master refused it
 
 Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error (also: a malformed
 imported file) · 3 inconclusive · 4 the measurement is invalid (server died, no successful

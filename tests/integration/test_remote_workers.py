@@ -77,27 +77,41 @@ def _worker_env(tmp_path: Path, index: int, watched: Path) -> tuple[dict[str, st
 
 
 def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5s",
-               kill_after_s: float | None = None, stray_token: str | None = None,
-               extra: tuple[str, ...] = ()) -> RemoteRun:
+               stop_one: signal.Signals | None = None, stray_token: str | None = None,
+               ahead_token: str | None = None, extra: tuple[str, ...] = ()) -> RemoteRun:
     """A `remote_workers` run on the stand-in with `workers` workers started by hand;
-    `kill_after_s`: SIGKILL the last worker that long after the workers started;
-    `stray_token`: one more worker, started first, with that token."""
+    `stop_one`: send the last worker that signal once the master has its first rows;
+    `stray_token`: one more worker, started first, with that token; `ahead_token`: the
+    operator's token (VLLM_SLO_RUN_TOKEN on both sides), the workers started before the
+    master, without --token (as a Kubernetes Deployment starts them)."""
     master_dir = tmp_path / "master"
     master_dir.mkdir()
     record = tmp_path / "served.jsonl"
+    port = free_loopback_port()
     arguments = ["run", "scenario=chat", "traffic.chat.output_tokens=8", "traffic.chat.turns=1",
                  "traffic.prefix_cache=keep", "traffic.chat.system_prompt_tokens=20",
                  f"traffic.remote_workers={workers}", "traffic.remote_workers_wait=60s",
-                 f"traffic.master_port={free_loopback_port()}", f"traffic.duration={duration}",
+                 f"traffic.master_port={port}", f"traffic.duration={duration}",
                  "traffic.warmup=1s", arrival, "slo={}", *HEALTH_BOUNDS_OFF, *extra]
     started: list[subprocess.Popen] = []
     logs: list[Path] = []
     output: list[str] = []
+    if ahead_token is not None:
+        for index in range(workers):
+            env, where = _worker_env(tmp_path, index, master_dir)
+            logs.append(tmp_path / f"worker-{index}.log")
+            with open(logs[-1], "w") as log:
+                started.append(subprocess.Popen(
+                    [sys.executable, "-m", "vllm_slo.cli", "worker", "--master",
+                     f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+                    env={**env, "VLLM_SLO_RUN_TOKEN": ahead_token}, cwd=where))
+    cli_environment = cli_env() if ahead_token is None else {
+        **cli_env(), "VLLM_SLO_RUN_TOKEN": ahead_token}
     with standin_server("--ttft", "0.02", "--itl", "0.005", "--record", str(record)) as url:
         cli = subprocess.Popen(
             [sys.executable, "-m", "vllm_slo.cli", "--runs-dir", "runs", *arguments,
              f"server.url={url}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=cli_env(), cwd=master_dir, start_new_session=True)
+            text=True, env=cli_environment, cwd=master_dir, start_new_session=True)
         try:
             assert cli.stdout is not None
             command = [""]
@@ -108,7 +122,8 @@ def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5
                     break
             assert command[:2] == ["vllm-slo", "worker"], "".join(output)
             tokens = [stray_token] if stray_token is not None else []
-            tokens += [command[command.index("--token") + 1]] * workers
+            if ahead_token is None:
+                tokens += [command[command.index("--token") + 1]] * workers
             for index, token in enumerate(tokens):
                 env, where = _worker_env(tmp_path, index, master_dir)
                 argv = [sys.executable, "-m", "vllm_slo.cli", *command[1:]]
@@ -119,9 +134,8 @@ def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5
                                                     env=env, cwd=where))
                 if stray_token is not None and index == 0:
                     started[0].wait(30)  # refused before the others join
-            if kill_after_s is not None:
-                time.sleep(kill_after_s)
-                started[-1].send_signal(signal.SIGKILL)
+            if stop_one is not None:
+                _signal_once_delivering(started[-1], stop_one, "".join(output))
             rest, _ = cli.communicate(timeout=240)
             output.append(rest)
         finally:
@@ -140,6 +154,26 @@ def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5
                      [log.read_text() for log in logs], list(read_record_log(record)),
                      audit.read_text().splitlines() if audit.exists() else [],
                      (tmp_path / "audit.log.loaded").read_text().splitlines())
+
+
+def _signal_once_delivering(worker: subprocess.Popen, signum: signal.Signals,
+                            output: str) -> None:
+    """Signal `worker` once the master's record shows rows from it (a loaded host may take
+    seconds to start a worker: a fixed delay could kill it before it joined)."""
+    found = re.search(r"run folder: (\S+)", output)
+    assert found is not None, output
+    record = Path(found.group(1)) / "remote_workers.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            workers = json.loads(record.read_text())["workers"]
+        except (OSError, ValueError):
+            workers = []
+        if any(w["pid"] == worker.pid and w["rows"] > 0 for w in workers):
+            worker.send_signal(signum)
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"worker {worker.pid} delivered no rows within 120 s")
 
 
 def assert_every_row_once(run: RemoteRun, workers: int) -> None:
@@ -165,11 +199,12 @@ def assert_no_trace_of_workers(run: RemoteRun, tmp_path: Path) -> None:
     assert run.opened == []  # no worker opened or listed anything of the master's folder
     for index in range(len(run.workers)):  # and left nothing behind where it ran
         assert list((tmp_path / f"worker-{index}" / "cwd").iterdir()) == []
-    token = re.search(r"--token (\S+)", run.output)
-    assert token is not None
+    printed = re.search(r"--token (\S+)", run.output)
+    assert printed is not None
+    token = os.environ.get("VLLM_SLO_RUN_TOKEN_USED") or printed.group(1)
     for path in run.run_dir.rglob("*"):  # the token is never written to the run folder
         if path.is_file():
-            assert token.group(1).encode() not in path.read_bytes(), path
+            assert token.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.parametrize(("workers", "arrival"), [
@@ -187,7 +222,7 @@ def test_remote_workers_deliver_every_row_once(tmp_path: Path, workers: int,
 
 
 def test_a_killed_worker_is_named_and_the_run_invalid(tmp_path: Path) -> None:
-    run = remote_run(tmp_path, 2, CLOSED, duration="8s", kill_after_s=6.0)
+    run = remote_run(tmp_path, 2, CLOSED, duration="10s", stop_one=signal.SIGKILL)
     assert run.returncode == 4, run.output
     killed = json.loads((run.run_dir / "remote_workers.json").read_text())["workers"]
     lost = [w for w in killed if w["lost_unix_s"] is not None]
@@ -207,6 +242,22 @@ def test_a_killed_worker_is_named_and_the_run_invalid(tmp_path: Path) -> None:
     assert len(its_rows) == lost[0]["rows"] > 0
     assert set(its_rows) <= set(run.served)
     assert len(table["request_id"]) == len(set(table["request_id"]))
+
+
+def test_a_worker_stopped_by_sigterm_sends_what_it_has_and_is_named(tmp_path: Path) -> None:
+    run = remote_run(tmp_path, 2, CLOSED, duration="10s", stop_one=signal.SIGTERM)
+    assert run.returncode == 4, run.output
+    record = json.loads((run.run_dir / "remote_workers.json").read_text())["workers"]
+    (stopped,) = [w for w in record if w["lost_unix_s"] is not None]
+    assert stopped["pid"] == run.workers[-1].pid and not stopped["finished"]
+    assert f"invalid: remote worker {stopped['worker_id']}" in run.output
+    # on SIGTERM it sent every row it had, its requests cut in flight included: each request
+    # of its stripe the stand-in saw has its row
+    table = pq.read_table(run.run_dir / "samples.parquet").to_pydict()
+    stripe = f"s{stopped['stripe']}-"
+    its_rows = sorted(i for i in table["request_id"] if i.startswith(stripe))
+    assert len(its_rows) == stopped["rows"] > 0
+    assert sorted(i for i in run.served if i.startswith(stripe)) == its_rows
 
 
 def test_a_worker_with_a_wrong_token_is_refused(tmp_path: Path) -> None:
@@ -232,3 +283,15 @@ def test_too_few_workers_is_invalid_naming_how_many_joined(tmp_path: Path) -> No
                           *HEALTH_BOUNDS_OFF, f"server.url={url}"], master_dir, timeout_s=180)
     assert result.returncode == 4, result.output
     assert "only 0 of 2 remote workers joined within 3s" in result.output
+
+
+def test_workers_started_ahead_with_the_operators_token(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "operator-token-0123456789"
+    monkeypatch.setenv("VLLM_SLO_RUN_TOKEN_USED", token)
+    run = remote_run(tmp_path, 2, CLOSED, ahead_token=token)
+    assert run.returncode == 0, run.output + "\n".join(run.worker_output)
+    assert '--token "$VLLM_SLO_RUN_TOKEN"' in run.output  # the secret itself is not printed
+    assert token not in run.output
+    assert_every_row_once(run, 2)
+    assert_no_trace_of_workers(run, tmp_path)

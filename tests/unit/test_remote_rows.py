@@ -75,15 +75,17 @@ def test_receiver_keeps_each_request_id_once_across_resends_and_workers(tmp_path
 
 def test_outbox_keeps_unacknowledged_batches_within_its_bound() -> None:
     outbox = Outbox(max_bytes=250)
-    first = outbox.add(b"x" * 100, rows=3)
-    second = outbox.add(b"y" * 100, rows=2)
+    first = outbox.add(b"x" * 100, rows=3, now_s=10.0)
+    second = outbox.add(b"y" * 100, rows=2, now_s=11.0)
     outbox.ack(first)
     outbox.ack("junk")  # an ack that names no batch changes nothing
-    assert outbox.unacknowledged() == [(second, b"y" * 100)]
-    third = outbox.add(b"z" * 100, rows=1)
-    fourth = outbox.add(b"w" * 100, rows=1)  # 300 bytes waiting: the oldest goes
-    assert [seq for seq, _ in outbox.unacknowledged()] == [third, fourth]
+    assert outbox.unacknowledged(now_s=11.0) == [(second, b"y" * 100)]
+    third = outbox.add(b"z" * 100, rows=1, now_s=12.5)
+    fourth = outbox.add(b"w" * 100, rows=1, now_s=13.0)  # 300 bytes waiting: the oldest goes
+    assert [seq for seq, _ in outbox.unacknowledged(now_s=13.0)] == [third, fourth]
     assert outbox.given_up == 1 and outbox.waiting_bytes == 200 and outbox.rows_sent == 7
+    # at the end only the batches long unacknowledged are resent (an ack takes milliseconds)
+    assert [seq for seq, _ in outbox.unacknowledged(2.0, now_s=14.6)] == [third]
 
 
 def test_setup_round_trip_and_a_damaged_plan_refused(tmp_path: Path, tiny_counter) -> None:

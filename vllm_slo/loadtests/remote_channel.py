@@ -16,7 +16,7 @@ The master (the suite's Locust process, which has the run folder):
 
 A worker (`vllm-slo worker`: `locust --worker` with the token in its environment) reads no
 file: it says HELLO, takes its SETUP, sends its rows about once a second and at its end
-(Locust's test_stop) its last rows, any batch not yet acknowledged again, and FINISHED. On
+(Locust's test_stop) its last rows, any batch long unacknowledged again, and FINISHED. On
 SIGTERM it sends what it has, without FINISHED (the master counts it lost).
 """
 
@@ -39,6 +39,7 @@ from vllm_slo.loadtests.remote_rows import (
     FINISHED,
     HELLO,
     REFUSED,
+    RESEND_AFTER_S,
     ROWS,
     SETUP,
     Outbox,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 
 HELLO_WAIT_S = 10.0  # a connected worker that has not said the token by then is refused
 WATCH_INTERVAL_S = 0.5
-SAVE_INTERVAL_S = 5.0
+SAVE_INTERVAL_S = 1.0  # remote_workers.json rewritten (rows so far) at most this often
 
 
 def _say(text: str) -> None:
@@ -217,7 +218,12 @@ class MasterChannel:
             self.traffic_start_unix_s = time.time()
 
     def _quit(self, **_kwargs: Any) -> None:
+        """Locust's end (every worker has quit or gone missing): one admitted worker that
+        never said it finished is lost now, at the latest."""
         self._watcher.kill(block=False)
+        for worker in list(self.workers.values()):
+            if not worker.finished and worker.lost_unix_s is None:
+                self._lost(worker, "never said it finished by the end of the run")
         self.receiver.close()
         self.save()
 
@@ -289,11 +295,11 @@ class WorkerChannel:
                                         "rows": payload or None, "client": records})
 
     def finish(self, complete: bool) -> None:
-        """The end: batches not yet acknowledged sent again (the master keeps each row
-        once), and, when the worker's users ended as planned, FINISHED."""
+        """The end: batches unacknowledged for RESEND_AFTER_S sent again (the master keeps
+        each row once), and, when the worker's users ended as planned, FINISHED."""
         if self.finished:
             return
-        for seq, payload in self.outbox.unacknowledged():
+        for seq, payload in self.outbox.unacknowledged(RESEND_AFTER_S):
             self.runner.send_message(ROWS, {"token": self.token, "seq": seq, "rows": payload,
                                             "client": []})
         if complete and not self.cut:

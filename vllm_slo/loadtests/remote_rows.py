@@ -7,8 +7,10 @@ A worker keeps nothing on disk: it gets the run's config and plan from the maste
 (`setup_message`, the plan's bytes checked against their sha256 on arrival), sends its rows
 as Arrow IPC stream bytes (`encode_batches`) about once a second, and keeps each batch until
 the master acknowledges it (at most `OUTBOX_MAX_BYTES`; beyond that the oldest are no longer
-kept for a resend). At its end it resends what was never acknowledged; the master keeps each
-request id once (`RowReceiver`), so a batch that arrives twice adds nothing.
+kept for a resend). At its end it resends what was still not acknowledged `RESEND_AFTER_S`
+after it was sent (an acknowledgement takes milliseconds: such a batch was likely lost on a
+broken connection); the master keeps each request id once (`RowReceiver`), so a batch that
+arrives twice adds nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import hmac
 import json
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ FINISHED = "vllm_slo_finished"  # worker -> master: {token, rows_sent}
 
 TOKEN_ENV = "VLLM_SLO_RUN_TOKEN"  # how the token reaches a worker (never its command line)
 OUTBOX_MAX_BYTES = 64 * 2**20  # unacknowledged row bytes a worker keeps for a resend
+RESEND_AFTER_S = 2.0  # at its end a worker resends batches unacknowledged this long
 SEND_ROWS_AT = 2000  # a worker sends early when this many rows are waiting (bounded memory)
 EXIT_REFUSED = 3  # a worker's exit status when the master refused it
 
@@ -113,31 +117,35 @@ class Outbox:
 
     def __init__(self, max_bytes: int = OUTBOX_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._waiting: OrderedDict[int, bytes] = OrderedDict()
+        self._waiting: OrderedDict[int, tuple[bytes, float]] = OrderedDict()
         self._bytes = 0
         self.next_seq = 0
         self.rows_sent = 0
         self.given_up = 0  # batches dropped unacknowledged to stay within max_bytes
 
-    def add(self, payload: bytes, rows: int) -> int:
+    def add(self, payload: bytes, rows: int, now_s: float | None = None) -> int:
         seq = self.next_seq
         self.next_seq += 1
         self.rows_sent += rows
-        self._waiting[seq] = payload
+        self._waiting[seq] = (payload, time.monotonic() if now_s is None else now_s)
         self._bytes += len(payload)
         while self._bytes > self.max_bytes and len(self._waiting) > 1:
-            _, dropped = self._waiting.popitem(last=False)
+            _, (dropped, _sent) = self._waiting.popitem(last=False)
             self._bytes -= len(dropped)
             self.given_up += 1
         return seq
 
     def ack(self, seq: Any) -> None:
-        payload = self._waiting.pop(seq, None) if isinstance(seq, int) else None
-        if payload is not None:
-            self._bytes -= len(payload)
+        waiting = self._waiting.pop(seq, None) if isinstance(seq, int) else None
+        if waiting is not None:
+            self._bytes -= len(waiting[0])
 
-    def unacknowledged(self) -> list[tuple[int, bytes]]:
-        return list(self._waiting.items())
+    def unacknowledged(self, older_than_s: float = 0.0, now_s: float | None = None
+                       ) -> list[tuple[int, bytes]]:
+        """(seq, payload) of the batches waiting for an ack longer than `older_than_s`."""
+        now_s = time.monotonic() if now_s is None else now_s
+        return [(seq, payload) for seq, (payload, sent_s) in self._waiting.items()
+                if now_s - sent_s >= older_than_s]
 
     @property
     def waiting_bytes(self) -> int:
