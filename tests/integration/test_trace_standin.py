@@ -19,13 +19,17 @@ from tests.integration.conftest import HEALTH_BOUNDS_OFF, run_cli, standin_serve
 from vllm_slo.analysis.trace_fidelity import UNVERIFIED_NAME
 from vllm_slo.servers.standin.cli import read_record_log
 
-# `timing`: arrival times at the stand-in within 60 ms of the trace's (tox -e ci runs these
-# serially)
+# `timing`: the client's intended times are the trace's (exactly) and its sends on time
+# (median send lag < 10 ms); the stand-in's receipts follow them, late by the send lag the
+# client recorded plus at most SEND_TOLERANCE_S for 90% of requests (tox -e ci runs these
+# serially). Measured on the 2-core box shared with other test runs: all but one within 7 ms
+# (the run's first request 40 ms: its slot opens its connection after the send time is
+# taken); in a busier run, 90% within 16 ms and one at 150 ms
 pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 BLOCK = 32  # tokens per hash id: small prompts, same structure as Mooncake's 512
 SPEEDUP = 2.0
-SEND_TOLERANCE_S = 0.06
+SEND_TOLERANCE_S = 0.05
 
 
 def write_trace(path: Path) -> list[dict]:
@@ -64,20 +68,25 @@ def test_trace_times_and_shared_blocks_reach_the_server(tmp_path: Path) -> None:
     offsets = [(row["timestamp"] - rows[0]["timestamp"]) / 1000.0 / SPEEDUP for row in rows]
     assert plan["arrival_s"] == pytest.approx(offsets)
 
-    # the server saw each request at its trace time (its own monotonic clock)
+    # the server saw each request at its trace time (its own monotonic clock), late by no
+    # more than the send lag the client recorded for it
     served = read_record_log(record)
-    receipts = {}
-    for request_id, index in zip(table["request_id"], table["plan_index"], strict=True):
+    unexplained = []
+    for request_id, index, lag in zip(table["request_id"], table["plan_index"],
+                                      table["send_lag_s"], strict=True):
         entry = served[request_id]
-        receipts[index] = entry["receipt_s"]
+        unexplained.append(entry["receipt_s"] - offsets[index] - lag)
         content = plan["messages"][index][0]["content"]
         assert entry["prompt_tokens"] == rows[index]["input_length"] == len(content.split())
         assert entry["completion_tokens"] == rows[index]["output_length"]
-    first = receipts[0]
-    late = [(index, receipts[index] - first - offsets[index]) for index in receipts]
-    assert max(abs(lag) for _, lag in late) < SEND_TOLERANCE_S, late
+    spread = np.abs(np.asarray(unexplained) - np.median(unexplained))  # clocks' origins differ
+    assert np.median(spread) < 0.01 and np.percentile(spread, 90) < SEND_TOLERANCE_S, spread
     lags = np.asarray(table["send_lag_s"])
-    assert np.percentile(lags, 99) < SEND_TOLERANCE_S
+    assert np.median(lags) < 0.01, lags
+    intended = {index: at for index, at in zip(table["plan_index"],
+                                                table["intended_send_unix_s"], strict=True)}
+    assert [intended[i] - intended[0] for i in range(len(rows))] == pytest.approx(
+        offsets, abs=1e-6)
 
     # shared leading hash ids: byte-identical text for exactly those blocks, then different
     pieces = [re.findall(r" [^ ]+", plan["messages"][i][0]["content"]) for i in range(len(rows))]
