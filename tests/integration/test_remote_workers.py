@@ -51,6 +51,19 @@ if _LOG:  # proof that the hook watches this process (the wrapper, then Locust a
 '''
 
 
+PLAIN_LOCUSTFILE = '''
+from locust import User, constant, task
+
+
+class ClosedLoopUser(User):
+    wait_time = constant(1)
+
+    @task
+    def nothing(self):
+        pass
+'''
+
+
 @dataclass
 class RemoteRun:
     returncode: int
@@ -78,12 +91,14 @@ def _worker_env(tmp_path: Path, index: int, watched: Path) -> tuple[dict[str, st
 
 def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5s",
                stop_one: signal.Signals | None = None, stray_token: str | None = None,
-               ahead_token: str | None = None, extra: tuple[str, ...] = ()) -> RemoteRun:
+               ahead_token: str | None = None, plain_stray: bool = False,
+               extra: tuple[str, ...] = ()) -> RemoteRun:
     """A `remote_workers` run on the stand-in with `workers` workers started by hand;
     `stop_one`: send the last worker that signal once the master has its first rows;
     `stray_token`: one more worker, started first, with that token; `ahead_token`: the
     operator's token (VLLM_SLO_RUN_TOKEN on both sides), the workers started before the
-    master, without --token (as a Kubernetes Deployment starts them)."""
+    master, without --token (as a Kubernetes Deployment starts them); `plain_stray`: a plain
+    `locust --worker` (not the suite's, no token) connects first."""
     master_dir = tmp_path / "master"
     master_dir.mkdir()
     record = tmp_path / "served.jsonl"
@@ -121,6 +136,17 @@ def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5
                     command = line.split()
                     break
             assert command[:2] == ["vllm-slo", "worker"], "".join(output)
+            if plain_stray:
+                (tmp_path / "plain").mkdir()
+                (tmp_path / "plain" / "locustfile.py").write_text(PLAIN_LOCUSTFILE)
+                logs.append(tmp_path / "plain.log")
+                with open(logs[-1], "w") as log:
+                    started.append(subprocess.Popen(
+                        [sys.executable, "-m", "locust", "-f", "locustfile.py", "--worker",
+                         "--master-host", "127.0.0.1", "--master-port", str(port)],
+                        stdout=log, stderr=subprocess.STDOUT, env=cli_env(),
+                        cwd=tmp_path / "plain"))
+                time.sleep(3)  # connected (and held) before the suite's worker
             tokens = [stray_token] if stray_token is not None else []
             if ahead_token is None:
                 tokens += [command[command.index("--token") + 1]] * workers
@@ -295,3 +321,19 @@ def test_workers_started_ahead_with_the_operators_token(tmp_path: Path,
     assert token not in run.output
     assert_every_row_once(run, 2)
     assert_no_trace_of_workers(run, tmp_path)
+
+
+def test_a_plain_locust_worker_never_counts_and_is_refused(tmp_path: Path) -> None:
+    """A worker that says no token (here: plain Locust) is held back, never one of the
+    expected workers and never given users, and is refused after HELLO_WAIT_S."""
+    run = remote_run(tmp_path, 1, CLOSED, plain_stray=True)
+    assert run.returncode == 0, run.output
+    assert_every_row_once(run, 1)
+    record = json.loads((run.run_dir / "remote_workers.json").read_text())
+    assert [w["pid"] for w in record["workers"]] == [run.workers[1].pid]
+    assert [s["reason"] for s in record["strays"]] == [
+        "refused: said no run token within 10s (not a vllm-slo worker?)"]
+    assert "refused: said no run token" in run.output
+    # the refused worker was told to quit, and did, without sending a request
+    assert "Got quit message from master" in run.worker_output[0]
+    assert run.workers[0].returncode == 0
