@@ -333,6 +333,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                 verdict += " (tune unfinished)"
             elif row["design"].get("interrupted") and cell["verdict"] == "undecided":
                 verdict += " (run interrupted before its next look)"
+            if any(w.startswith("no test at") for w in cell["warnings"]):
+                verdict += " (no test: {}+{} valid trials, a look needs {} an arm)".format(
+                    *cell["valid_trials"], row["design"]["min_trials"])
             lines.append(
                 f"| {row['claim']} | {row['model']} ({row['model_parameters'] / 1e9:.1f} B) "
                 f"| {row['compared']} | {cell['cell']} | {verdict} | {ratio} "

@@ -63,7 +63,7 @@ def test_welch_p_and_interval_equal_scipy() -> None:
 
 def test_one_welch_implementation_for_comparison_gate_and_decisions() -> None:
     a = np.array([10.2, 11.5, 9.8, 10.9, 10.1])
-    b = np.array([12.9, 13.8, 12.1, 14.4])
+    b = np.array([12.9, 13.8, 12.1, 14.4, 13.1])
     shared = welch_log_ratio(b, a, 0.95)
     comparison = compare_trials(a, b, test="welch-log")
     design = SequentialDesign(5, 5, 0.05, 0.10, 1)

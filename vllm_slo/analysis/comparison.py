@@ -281,13 +281,30 @@ def compare_pair(baseline: Group, candidate: Group, cells: Sequence[str], alpha:
         for cell, result, own in zip(cells, adjusted, raw, strict=True))
 
 
+def per_pair_alpha(alpha: float, arms: int) -> float:
+    """The level each pair against the baseline is tested at when an experiment or a compare
+    has ``arms`` arms: Bonferroni over its ``arms - 1`` pairs (Holm over each pair's cells),
+    so the chance of any false "changed" over every pair and cell stays <= alpha."""
+    return alpha / max(1, arms - 1)
+
+
+def pairs_text(alpha: float, arms: int) -> str | None:
+    """The note an output gives when it corrects across pairs (None with one pair)."""
+    if arms <= 2:
+        return None
+    return (f"{arms - 1} pairs against the baseline: each tested at alpha {alpha:g}/{arms - 1} "
+            f"= {per_pair_alpha(alpha, arms):.3g} (Bonferroni over the pairs, Holm over each "
+            "pair's cells)")
+
+
 def compare_groups(groups: Sequence[Group], cells: Sequence[str], alpha: float = 0.05,
                    test: TrialTest = "mann-whitney", within_instance: bool = False
                    ) -> list[tuple[CellComparison, ...]]:
     """Every group against the first with ``test`` (scenario ``compare.test``: the test the
     sequential decisions and the design check use too), by `compare_pair`; Holm over the
-    cells of each pair (one family each)."""
-    return [compare_pair(groups[0], candidate, cells, alpha, test, within_instance)[1]
+    cells of each pair, each pair at `per_pair_alpha` (Bonferroni over the pairs)."""
+    level = per_pair_alpha(alpha, len(groups))
+    return [compare_pair(groups[0], candidate, cells, level, test, within_instance)[1]
             for candidate in groups[1:]]
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from vllm_slo.analysis.comparison import per_pair_alpha
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.stats.sequential import (
     MAX_SEQUENTIAL_TRIALS,
@@ -30,11 +31,13 @@ DEFAULT_STARTUP_S = {"gpu": 90.0, "cpu": 45.0}
 
 def sequential_design(scenario: Scenario) -> SequentialDesign | None:
     """The design of the scenario's comparisons (each candidate against the baseline, one Holm
-    family of `compare.cells` each); None without variants to compare."""
+    family of `compare.cells` each, at `per_pair_alpha`: Bonferroni over the pairs); None
+    without variants to compare."""
     if len(scenario.variants) < 2 or scenario.max_trials > MAX_SEQUENTIAL_TRIALS:
         return None  # (a fixed count above the cap decides whatever the test)
     compare = scenario.compare
-    return SequentialDesign(scenario.min_trials, scenario.max_trials, compare.alpha,
+    return SequentialDesign(scenario.min_trials, scenario.max_trials,
+                            per_pair_alpha(compare.alpha, len(scenario.variants)),
                             compare.effect, len(compare.cells), compare.test)
 
 

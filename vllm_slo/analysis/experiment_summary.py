@@ -32,6 +32,7 @@ from vllm_slo.analysis.comparison import (
     format_ratio,
     instance_scope,
     judgement_text,
+    pairs_text,
     plan_trials,
     shares_instances,
     within_instance_warning,
@@ -617,6 +618,8 @@ def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id
         warnings += _excluded_warning(variants[-1])
     compared = _compare(groups, cells, scenario.compare.alpha, scenario.compare.effect,
                         scenario.compare.test)
+    pairs = pairs_text(scenario.compare.alpha, len(groups))
+    warnings += [pairs] if pairs else []
     design = sequential_design(scenario)
     decides = design is not None and stopping is not None and stopping.rounds > 0
     # with a welch-log design, only cells whose values <= 0 fell back to the table's rank test
@@ -679,6 +682,8 @@ def build_comparison_summary(groups: Sequence[Group], runs: Sequence[str],
     compared = _compare(groups, cells, alpha, effect, test, within_instance)
     warnings = [w for variant in variants for w in _excluded_warning(variant)]
     warnings += [*compared.reach_warnings, *compared.instance_warnings]
+    pairs = pairs_text(alpha, len(groups))
+    warnings += [pairs] if pairs else []
     scenario = {**baseline.to_yaml_dict(),
                 "compare": {"cells": list(cells), "alpha": alpha, "effect": effect,
                             "test": test}}

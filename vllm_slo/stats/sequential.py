@@ -422,11 +422,21 @@ def _usable(arr: np.ndarray) -> np.ndarray:
     return np.asarray(arr[np.isfinite(arr) & (arr > 0)], dtype=float)
 
 
+def look_needs(design: SequentialDesign) -> int:
+    """Valid trials each arm needs for a look to test anything: the design's `min_trials` (a
+    look with a missing trial, 3 + 2, waits for the next round). Welch's df at 3 + 2 is
+    1.2-2.5, and at the looks' small levels its A/A rate there is 1.1-2.8x nominal when the
+    arm with 2 is the noisier (9x at 6 + 2); Hsu's conservative df of 1 makes such a look
+    decide nothing anyway (docs/statistics.md, "Looks with a missing trial")."""
+    return max(design.min_trials, 2 if design.test == "welch-log" else 1)
+
+
 def _look_tests(design: SequentialDesign, a: np.ndarray, b: np.ndarray
                 ) -> tuple[float, float, float]:
-    """(log ratio, p change, p equivalence) at one look; NaN where no test exists."""
+    """(log ratio, p change, p equivalence) at one look; NaN where no test exists (fewer
+    than `look_needs` valid trials on an arm)."""
     xa, xb = _usable(a), _usable(b)
-    need = 2 if design.test == "welch-log" else 1
+    need = look_needs(design)
     if xa.size < need or xb.size < need:
         return math.nan, math.nan, math.nan
     result = trial_tests(design.test, np.log(xa), np.log(xb), design.effect)
@@ -450,8 +460,8 @@ def decide_cells(design: SequentialDesign, trials_per_arm: int,
     its place, or left out). The look at n uses each arm's first n values, so every earlier look
     is replayed from the same data: the decision is a pure function of the trials so far, and a
     cell decided at an earlier look keeps that decision. Missing or non-positive values are
-    dropped with a warning; a cell without a test (fewer than 2 usable trials a side for
-    welch-log, none for mann-whitney) stays undecided with a warning, never an error.
+    dropped with a warning; a look with fewer than `look_needs` valid trials on an arm tests
+    nothing there, and a cell without a test stays undecided with a warning, never an error.
     """
     if trials_per_arm > design.max_trials:
         raise ValueError(f"look at {trials_per_arm} trials per arm is beyond max_trials "
@@ -504,10 +514,9 @@ def decide_cells(design: SequentialDesign, trials_per_arm: int,
         ratio = _ratio(design, xa[:shown_trials], xb[:shown_trials], confidence)
         notes = list(warns)
         if current_change[i] is None:
-            need = "2 usable trials per arm" if design.test == "welch-log" else \
-                "1 usable trial per arm"
-            notes.append(f"no test at {trials_per_arm} trials per arm: needs {need} (have "
-                         f"{_usable(a_now).size} vs {_usable(b_now).size})")
+            notes.append(f"no test at {trials_per_arm} trials per arm: a look needs "
+                         f"{look_needs(design)} valid trials per arm (have "
+                         f"{_usable(a_now).size} + {_usable(b_now).size})")
         decided_at = None
         if word == "changed":
             decided_at = design.looks[int(first_changed[i])]
