@@ -23,6 +23,7 @@ from vllm_slo.analysis.comparison import (
     gate,
     instance_scope,
     judgement_text,
+    plan_samples,
     trial_values_text,
     within_instance_warning,
 )
@@ -411,18 +412,6 @@ def plan_from_saved_run(run_dir: Path, effect: float, alpha: float,
     return _plan(run_dir, effect, alpha, margin).text
 
 
-def _plan_samples(group: Group, cell: str) -> tuple[list[float], list[str]]:
-    """A group's valid trials' values of a cell with each trial's server instance (trials
-    without a finite value left out)."""
-    from vllm_slo.analysis.trials import trial_cell_value
-
-    valid = [t for t in group.trials if t.valid]
-    pairs = [(trial_cell_value(trial, cell), key)
-             for trial, key in zip(valid, group.instance_keys(), strict=True)]
-    kept = [(float(v), key) for v, key in pairs if v is not None and math.isfinite(v)]
-    return [v for v, _ in kept], [key for _, key in kept]
-
-
 def _cv_text(estimate: CvEstimate) -> str:
     """`CV 24.0% [10.7%, > 1000%] (95% chi-square interval; 2 instance means, df 1)`."""
     def pct(value: float | None) -> str:
@@ -455,7 +444,7 @@ def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> CommandR
     plans = []
     lower_bounds = []
     for cell in cells:
-        samples = [_plan_samples(group, cell) for group in groups]
+        samples = [plan_samples(group, cell) for group in groups]
         units, unit_name = instance_units(samples)
         estimate = pooled_log_cv(units, unit_name)
         if estimate.cv is not None:

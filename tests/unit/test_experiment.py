@@ -219,8 +219,13 @@ def test_experiment_page_is_built_from_the_typed_view(tmp_path: Path) -> None:
     assert view.outcome == "FAIL" and view.outcome_class == "fail"
     assert [row.variant for row in view.slo_rows] == ["a", "a", "b", "b"]
     assert view.slo_rows[2].observed.startswith("1") and "[" in view.slo_rows[2].observed
-    assert view.plan_rows[0].trials == "> 200"
-    assert "→ > 200 trials per variant" in render_experiment_text(summary)
+    assert view.plan_rows[0].trials.startswith("> 200 (")  # then: at the CV's upper bound
+    assert "→ > 200 (" in render_experiment_text(summary)
+    # the CV with its interval, as `vllm-slo plan` prints it
+    low, high = summary.planning[0].cv_interval
+    assert low < summary.planning[0].trial_to_trial_cv < high
+    assert view.plan_rows[0].cv == (f"{summary.planning[0].trial_to_trial_cv:.0%} "
+                                    f"[{low:.0%}, {high:.0%}]")
     assert [r.position for r in view.trial_rows] == [str(k) for k in range(1, 9)]
     assert view.trial_rows[0].report == "trials/001-a-1/report.html"
     assert [f.element_id for f in view.figures] == ["fig-trials", "fig-ecdf"]
@@ -318,7 +323,7 @@ def test_a_45x_change_with_5_vs_2_trials_is_shown_and_called_not_testable(slow_5
     estimate = summary["variants"]["slow"]["cells"]["ttft.p50"]
     assert line.startswith(f"  ttft.p50: {format_duration_s(estimate['value'])} "
                            f"[{format_duration_s(estimate['ci_low'])}, ")
-    assert "plan: ttft.p50: trial CV" in text  # what more trials would buy
+    assert "plan: ttft.p50: instance CV" in text  # what more trials would buy
 
 
 def test_unreachable_note_and_closing_warning_quote_the_same_p(slow_5_vs_2) -> None:

@@ -15,8 +15,9 @@ import numpy as np
 from vllm_slo.analysis.quantised_cells import Quantisation, pair_bias_log, quantisation
 from vllm_slo.analysis.trials import Trial, instance_key, trial_cell_value
 from vllm_slo.scenarios.metrics import lower_is_better, parse_cell
+from vllm_slo.stats.plan_uncertainty import instance_units, plan_with_uncertainty, pooled_log_cv
 from vllm_slo.stats.statistics import Estimate, Verdict, across_trials_estimate
-from vllm_slo.stats.trial_planning import TrialPlan, trials_needed
+from vllm_slo.stats.trial_planning import TrialPlan
 from vllm_slo.stats.trial_statistics import (
     Comparison,
     NonInferiority,
@@ -260,7 +261,10 @@ class CellGate:
 @dataclass(frozen=True, slots=True)
 class CellPlan:
     cell: str
-    plan: TrialPlan
+    plan: TrialPlan  # at the CV's estimate
+    cv_low: float | None = None  # the CV's 95% chi-square interval
+    cv_high: float | None = None
+    trials_at_upper: int | None = None  # trials per variant at the CV's upper bound
 
 
 def center_estimate(group: Group, cell: str, confidence: float = 0.95) -> Estimate:
@@ -376,37 +380,51 @@ def gate_judged(judged: Sequence[CellComparison], margin: float) -> tuple[CellGa
     return tuple(results)
 
 
+def plan_samples(group: Group, cell: str) -> tuple[list[float], list[str]]:
+    """A group's valid trials' values of a cell with each trial's server instance (trials
+    without a finite value left out): what `plan` and the experiments' planning table size
+    trials from."""
+    valid = [t for t in group.trials if t.valid]
+    pairs = [(trial_cell_value(trial, cell), key)
+             for trial, key in zip(valid, group.instance_keys(), strict=True)]
+    kept = [(float(v), key) for v, key in pairs if v is not None and math.isfinite(v)]
+    return [v for v, _ in kept], [key for _, key in kept]
+
+
 def plan_trials(groups: Sequence[Group], cells: Sequence[str], effect: float, alpha: float,
                 test: TrialTest = "mann-whitney") -> tuple[CellPlan, ...]:
-    """Trials per variant for `test` to detect `effect` in each cell, from the observed
-    instance-to-instance coefficient of variation (median over the groups that have >= 2
-    distinct server instances; trials of one instance count once, as their mean: repeated
-    runs on one server do not show restart-to-restart variation)."""
+    """Trials per variant for `test` to detect `effect` in each cell, as `vllm-slo plan`
+    sizes them (`stats.plan_uncertainty`): the CV across distinct server instances pooled on
+    the log scale over the groups (trials of one instance count once, as their geometric
+    mean: repeated runs on one server do not show restart-to-restart variation), with its
+    chi-square interval, and the trials at the estimate and at the upper bound, each cell at
+    Holm's first-step level over the family (alpha / len(cells)). Cells without an estimate
+    (no group with >= 2 instances) are left out."""
     plans = []
     for cell in cells:
-        cvs = []
-        collapsed = []
-        for group in groups:
-            values = group.instance_values(cell)
-            if group.instances < group.valid_trials:
-                collapsed.append(f"{group.label}: {group.valid_trials} trials on "
-                                 f"{group.instances} instance(s)")
-            if values.size >= 2 and np.mean(values) != 0:
-                cvs.append(float(np.std(values, ddof=1) / abs(np.mean(values))))
-        if not cvs:
+        samples = [plan_samples(group, cell) for group in groups]
+        units, unit_name = instance_units(samples)
+        estimate = pooled_log_cv(units, unit_name)
+        if estimate.cv is None:
             continue
-        plan = trials_needed(float(np.median(cvs)), effect, alpha, test=test)
+        uncertain = plan_with_uncertainty(estimate, effect, alpha, len(cells), test)
+        plan, upper = uncertain.at_estimate, uncertain.at_upper
+        assert plan is not None  # an estimate has an interval (pooled_log_cv)
+        collapsed = [f"{group.label}: {group.valid_trials} trials on {group.instances} "
+                     f"instance(s)" for group in groups if group.instances < group.valid_trials]
+        notes = list(dict.fromkeys((*plan.warnings, *estimate.warnings)))
         if collapsed:
-            plan = dataclasses.replace(plan, warnings=(
-                *plan.warnings, "variation across distinct server instances only (trials of "
-                "one instance collapsed to their mean): " + "; ".join(collapsed)))
+            notes.append("variation across distinct server instances only (trials of one "
+                         "instance collapsed to their mean): " + "; ".join(collapsed))
         floor = min_trials_for_family(len(cells), alpha) if test == "mann-whitney" else 2
-        if plan.trials_per_variant is not None and plan.trials_per_variant < floor:
-            plan = dataclasses.replace(
-                plan, trials_per_variant=floor,
-                warnings=(*plan.warnings, f"raised to {floor}: with Holm over {len(cells)} "
-                          f"cells fewer trials can never reach p<{alpha:g}"))
-        plans.append(CellPlan(cell, plan))
+        needed = plan.trials_per_variant
+        if needed is not None and needed < floor:
+            needed = floor
+            notes.append(f"raised to {floor}: with Holm over {len(cells)} cells fewer trials "
+                         f"can never reach p<{alpha:g}")
+        plan = dataclasses.replace(plan, trials_per_variant=needed, warnings=tuple(notes))
+        plans.append(CellPlan(cell, plan, estimate.ci_low, estimate.ci_high,
+                              None if upper is None else upper.trials_per_variant))
     return tuple(plans)
 
 

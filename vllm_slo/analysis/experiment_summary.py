@@ -291,14 +291,21 @@ class PlanEntry:
     power: float
     trials_per_variant: int | None  # None: more than the planner's cap
     warnings: tuple[str, ...]
+    #: the CV's 95% chi-square interval (`plan` prints the same)
+    cv_interval: tuple[float, float] | None = None
+    #: trials per variant at the CV's upper bound (None: more than the cap, or no interval)
+    trials_at_upper: int | None = None
 
     @classmethod
     def of(cls, item: CellPlan) -> PlanEntry:
         plan = item.plan
         needed = None if plan.trials_per_variant is None else int(plan.trials_per_variant)
+        interval = (None if item.cv_low is None or item.cv_high is None
+                    else (float(item.cv_low), float(item.cv_high)))
         return cls(cell=item.cell, trial_to_trial_cv=float(plan.cv), test=plan.test,
                    effect=float(plan.effect), alpha=float(plan.alpha), power=float(plan.power),
-                   trials_per_variant=needed, warnings=tuple(plan.warnings))
+                   trials_per_variant=needed, warnings=tuple(plan.warnings),
+                   cv_interval=interval, trials_at_upper=item.trials_at_upper)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

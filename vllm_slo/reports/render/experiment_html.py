@@ -33,6 +33,7 @@ from vllm_slo.analysis.experiment_summary import (
 )
 from vllm_slo.analysis.run_metrics import RunSeries
 from vllm_slo.redaction import redact_secrets, redact_text
+from vllm_slo.reports.render.experiment_text import cv_text, trials_text
 from vllm_slo.reports.render.figures import (
     cell_axis,
     colour,
@@ -46,7 +47,6 @@ from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.render.text import (
     format_observed,
     format_threshold,
-    format_trials_needed,
     outcome,
     scope_note,
     slo_name,
@@ -321,8 +321,7 @@ def build_experiment_view(summary: ExperimentSummary, pooled: Mapping[str, RunSe
         comparison_rows=comparison_rows, comparison_notes=comparison_notes,
         estimate_rows=_estimate_rows(summary),
         figures=figures,
-        plan_rows=[PlanRow(plan.cell, f"{plan.trial_to_trial_cv:.0%}", f"{plan.effect:.0%}",
-                           format_trials_needed(plan.trials_per_variant),
+        plan_rows=[PlanRow(plan.cell, cv_text(plan), f"{plan.effect:.0%}", trials_text(plan),
                            "; ".join(plan.warnings))
                    for plan in summary.planning],
         no_plan_note="Planning needs at least 2 valid trials per variant (the trial-to-trial "

@@ -18,10 +18,26 @@ ESTIMATES_TITLE = ("trial-level estimates (geometric mean of the valid trials, 9
                    "on logs; raw scale when a value is <= 0), each trial's value beside:")
 
 
+def cv_text(plan: PlanEntry) -> str:
+    """`24% [15%, 60%]`: the CV with its 95% interval where it has one."""
+    if plan.cv_interval is None:
+        return f"{plan.trial_to_trial_cv:.0%}"
+    low, high = plan.cv_interval
+    return f"{plan.trial_to_trial_cv:.0%} [{low:.0%}, {high:.0%}]"
+
+
+def trials_text(plan: PlanEntry) -> str:
+    """`99 (161 at the CV's upper bound)`."""
+    text = format_trials_needed(plan.trials_per_variant)
+    if plan.cv_interval is None:
+        return text
+    return f"{text} ({format_trials_needed(plan.trials_at_upper)} at the CV's upper bound)"
+
+
 def plan_line(plan: PlanEntry) -> str:
-    return (f"plan: {plan.cell}: trial CV {plan.trial_to_trial_cv:.0%} → "
-            f"{format_trials_needed(plan.trials_per_variant)} trials per variant to detect "
-            f"{plan.effect:.0%} (power {plan.power:.0%}, {plan.test})")
+    return (f"plan: {plan.cell}: instance CV {cv_text(plan)} → {trials_text(plan)} trials per "
+            f"variant to detect {plan.effect:.0%} (power {plan.power:.0%}, {plan.test}, "
+            f"alpha {plan.alpha:.3g} a cell)")
 
 
 def estimate_line(variant: VariantEntry, cell: str) -> str:
