@@ -31,10 +31,11 @@ import yaml
 
 from vllm_slo.analysis.comparison import Group
 from vllm_slo.analysis.experiment_summary import slo_across_trials
+from vllm_slo.analysis.quantised_cells import quantisation
 from vllm_slo.analysis.server_metrics import run_preemptions
 from vllm_slo.analysis.summary import ReportedEstimate, RunRates
 from vllm_slo.analysis.trials import gpu_set
-from vllm_slo.analysis.tune_summary import TuneResult
+from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS, TuneResult
 from vllm_slo.analysis.tuning import (
     GIVEN_ORIGIN,
     CandidateResult,
@@ -301,6 +302,8 @@ class Tune:
             if value is not None:
                 objective_values.append(value)
         group = Group(candidate.name, tuple(trials))
+        quantised = quantisation(candidate.name, tuple(trials),
+                                 OBJECTIVE_CELLS[self.spec.objective])
         gpu_sets = {gpu_set(trial.provenance) for trial in trials}
         verdicts = ([slo_across_trials(group, rule).verdict.value
                      for rule in self.base.slo.rules()] if group.valid_trials else [])
@@ -313,7 +316,9 @@ class Tune:
             preemptions=sum(preemptions) if preemptions else None,
             throughput_values=tuple(group.values(THROUGHPUT_CELL)),
             latency_values=tuple(group.values(latency_cell(self.base))),
-            gpu_sets=tuple(sorted(gpu_sets - {""})))
+            gpu_sets=tuple(sorted(gpu_sets - {""})),
+            objective_quantised=None if quantised is None else quantised.text(),
+            objective_bias_log=0.0 if quantised is None else quantised.bias_log)
 
     # the search -------------------------------------------------------------------------
 

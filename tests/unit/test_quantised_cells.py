@@ -179,3 +179,24 @@ def test_rates_only_and_every_trial_closed() -> None:
     assert quantisation("x", closed, CELL) is not None
     mixed = [*closed[:2], _trial("poisson", 64, 320, 1.0, "p")]
     assert quantisation("x", mixed, CELL) is None
+
+
+def test_the_tuner_ranks_a_quantised_objective_over_its_box() -> None:
+    from vllm_slo.analysis.tuning import CandidateResult, rank_candidates
+
+    def candidate(name: str, values: list[float], bias: float) -> CandidateResult:
+        return CandidateResult(name=name, origin="grid", changed={}, args={},
+                               objective_values=tuple(values),
+                               objective_quantised="q" if bias else None,
+                               objective_bias_log=bias)
+
+    close = [3700.0, 3702.0, 3698.0, 3701.0]
+    base = [3600.0, 3605.0, 3598.0, 3602.0]
+    plain = rank_candidates([candidate("a", close, 0.0), candidate("b", base, 0.0)])
+    boxed = rank_candidates([candidate("a", close, 0.223), candidate("b", base, 0.223)])
+    versus_plain = plain.entries[1].versus_best
+    versus_boxed = boxed.entries[1].versus_best
+    assert versus_plain is not None and versus_boxed is not None
+    assert versus_plain.significant and not versus_boxed.significant
+    assert versus_boxed.bias_log == pytest.approx(0.446)
+    assert boxed.tied_with_best == ("b",)

@@ -213,6 +213,8 @@ def build_tune_summary(result: TuneResult) -> TuneSummary:
     machines = machines_warning(candidates)
     if machines:
         warnings.append(machines)
+    warnings += [f"{c.objective_quantised}: its comparisons are tested over that bias"
+                 for c in candidates if c.objective_quantised]
     gain = gain_over_given(candidates, ranking, alpha, test)
     given = given_candidate(candidates)
     if spec.baseline and given is not None and not given.objective_values:

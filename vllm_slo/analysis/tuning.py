@@ -116,6 +116,12 @@ class CandidateResult:
     throughput_values: tuple[float, ...] = ()  # output tokens/s per valid trial
     latency_values: tuple[float, ...] = ()  # the Pareto latency cell per valid trial
     gpu_sets: tuple[str, ...] = ()  # the GPU UUID sets ("a,b") its trials ran on; () on CPU
+    #: the objective's quantisation (`quantised_cells`: a closed loop whose trials completed
+    #: identical request counts), its text; None: not quantised
+    objective_quantised: str | None = None
+    #: that side's bound on the log-bias of the objective (0: none); a comparison of two
+    #: candidates is tested over the sum of theirs (`compare_trials`' ``bias_log``)
+    objective_bias_log: float = 0.0
 
     def __post_init__(self) -> None:
         values = self.objective_values
@@ -244,7 +250,8 @@ def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05,
     """Eligible candidates by objective median (higher is better), each compared with the
     best on per-trial values with the scenario's per-trial test (`compare.test`: Welch t on
     the logarithms, ratio of geometric means, as the experiment's own comparisons; or
-    Mann-Whitney U with the Hodges-Lehmann ratio), Holm over all comparisons with the best;
+    Mann-Whitney U with the Hodges-Lehmann ratio), over the pair's phase-bias box where an
+    objective is quantised (as `compare_pair`), Holm over all comparisons with the best;
     then the ineligible, in the order given."""
     eligible = sorted((c for c in candidates if c.eligible), key=lambda c: -(c.median or 0.0))
     others = [c for c in candidates if not c.eligible]
@@ -253,7 +260,9 @@ def rank_candidates(candidates: Sequence[CandidateResult], alpha: float = 0.05,
                              for i, c in enumerate(others, start=1)), alpha, None)
     best = eligible[0]
     comparisons = with_holm([compare_trials(np.array(best.objective_values),
-                                            np.array(c.objective_values), alpha, test=test)
+                                            np.array(c.objective_values), alpha, test=test,
+                                            bias_log=best.objective_bias_log
+                                            + c.objective_bias_log)
                              for c in eligible[1:]])
     entries = [RankEntry(1, best.name, best.median, True, None)]
     entries += [RankEntry(i, c.name, c.median, True, None, comparison)
@@ -335,8 +344,9 @@ def gain_over_given(candidates: Sequence[CandidateResult], ranking: Ranking,
                     comparison.p_adjusted, comparison.significant, comparison.testable, True)
     chosen = next(c for c in candidates if c.name == best)
     comparison = compare_trials(np.array(given.objective_values),
-                                np.array(chosen.objective_values), alpha,
-                                test=test)  # best / given
+                                np.array(chosen.objective_values), alpha, test=test,
+                                bias_log=given.objective_bias_log
+                                + chosen.objective_bias_log)  # best / given
     ratio = comparison.ratio
     return Gain(given.name, best, ratio.value, ratio.ci_low, ratio.ci_high,
                 comparison.interval_confidence, comparison.p_value, comparison.significant,
