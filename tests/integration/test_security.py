@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import cli_env, run_cli, standin_server
+from tests.integration.conftest import HEALTH_BOUNDS_OFF, cli_env, run_cli, standin_server
 from vllm_slo.loadtests.locust_launcher import locust_argv
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.servers.vllm_server import plan_launch
@@ -27,7 +27,7 @@ def test_a_planted_api_key_appears_in_no_output_file(tmp_path: Path) -> None:
                           "traffic.prefix_cache=keep", "traffic.duration=2s",
                           "traffic.warmup=0s", f"server.env.LEAKY_TOKEN={PLANTED}",
                           "traffic.arrival={kind: closed, users: 2, spawn_rate: 2, "
-                          "think_time: 0s}"], tmp_path, env=env)
+                          "think_time: 0s}", *HEALTH_BOUNDS_OFF], tmp_path, env=env)
     assert result.returncode in (0, 1, 3), result.output
     assert PLANTED not in result.output
     files = [p for p in result.run_dir.rglob("*") if p.is_file()]

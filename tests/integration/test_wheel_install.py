@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, CliRun, cli_env, run_cli, standin_server
+from tests.integration.conftest import (
+    HEALTH_BOUNDS_OFF,
+    REPO,
+    CliRun,
+    cli_env,
+    run_cli,
+    standin_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +55,10 @@ REQUIRED_DATA = [
     "vllm_slo/_data/reports/vendor/plotly-basic.min.js",
 ]
 MEASURED = {0, 1, 3}  # PASS, FAIL, INCONCLUSIVE: a measurement (2 = usage, 4 = invalid run)
+# these tests are of the install, not of the client's health (conftest: HEALTH_BOUNDS_OFF)
 ATTACH = ["traffic.duration=5s", "traffic.warmup=1s", "traffic.arrival.users=2",
-          "traffic.arrival.spawn_rate=100", "traffic.chat.output_tokens=10"]
+          "traffic.arrival.spawn_rate=100", "traffic.chat.output_tokens=10",
+          *HEALTH_BOUNDS_OFF]
 STANDIN_FLAGS = ("--ttft", "0.01", "--itl", "0.005")
 
 
