@@ -23,11 +23,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vllm_slo.analysis.comparison import format_ratio, reachability_warning
 from vllm_slo.analysis.experiment_design import sequential_design
-from vllm_slo.analysis.quantised_cells import Quantisation, counts_quantisation, pair_bias_log
+from vllm_slo.analysis.quantised_cells import (
+    Quantisation,
+    counts_quantisation,
+    decision_over_box,
+    pair_bias_log,
+)
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
@@ -35,7 +38,6 @@ from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.slo import part_column
 from vllm_slo.stats.sequential import decide_cells
-from vllm_slo.stats.trial_statistics import compare_trials
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCES = REPO / "results" / "h200" / "claims.sources.json"
@@ -101,19 +103,6 @@ def quantised_sides(scenario: Any, cell: str, labels: tuple[str, str],
                                  arrival.users) for label, side in zip(labels, counts,
                                                                       strict=True)]
     return [q for q in found if q is not None]
-
-
-def phase_box(cell: dict[str, Any], sides: list[Quantisation], test: Any) -> dict[str, Any]:
-    """A quantised cell's entries: its sides named, and its ratio over the phase-bias box at
-    the cell's own level (the fixed-sample `compare_trials` with `bias_log`)."""
-    if not sides:
-        return {}
-    base = np.array([v for v in cell["baseline_trials"] if not math.isnan(v)])
-    cand = np.array([v for v in cell["candidate_trials"] if not math.isnan(v)])
-    boxed = compare_trials(base, cand, alpha=1.0 - cell["ratio_confidence"], test=test,
-                           bias_log=pair_bias_log(sides))
-    return {"quantised": [q.text() for q in sides],
-            "ratio_ci_phase_box": [boxed.ratio.ci_low, boxed.ratio.ci_high]}
 
 
 def valid_count(trial_values: list[float]) -> int:
@@ -280,29 +269,19 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
                    "warnings": list(d.warnings)} for d in decisions],
         "command": source["command"],
     }
-    for cell in row["cells"]:
-        cell.update(phase_box(cell, quantised_sides(scenario, cell["cell"],
-                                                    (baseline, candidate), counts),
-                              design.test))
-        cell["verdict"] = verdict_over_box(cell, design.effect)
+    for cell, decision in zip(row["cells"], decisions, strict=True):
+        sides = quantised_sides(scenario, cell["cell"], (baseline, candidate), counts)
+        boxed = decision_over_box(decision, values[decision.cell][0][:per_arm],
+                                  values[decision.cell][1][:per_arm], pair_bias_log(sides),
+                                  design.test, design.effect)
+        if boxed is None:
+            continue
+        cell.update({"quantised": [q.text() for q in sides],
+                     "ratio_ci_phase_box": [boxed.box.ci_low, boxed.box.ci_high],
+                     "verdict": boxed.decision.decision})
+        if boxed.without_box:
+            cell["verdict_without_box"] = boxed.without_box
     return row
-
-
-def verdict_over_box(cell: dict[str, Any], effect: float) -> str:
-    """A quantised cell's verdict holds only where the phase-bias box agrees: `changed` needs
-    its box interval to exclude 1, `equivalent` needs it inside 1 ± effect; otherwise the
-    cell is `undecided` and keeps the design's word as `verdict_without_box`."""
-    box = cell.get("ratio_ci_phase_box")
-    verdict: str = cell["verdict"]
-    if not box or box[0] is None or box[1] is None:
-        return verdict
-    low, high = box
-    holds = {"changed": low > 1.0 or high < 1.0,
-             "equivalent": 1.0 - effect <= low and high <= 1.0 + effect}.get(verdict, True)
-    if holds:
-        return verdict
-    cell["verdict_without_box"] = verdict
-    return "undecided"
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

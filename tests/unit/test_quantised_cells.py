@@ -200,3 +200,24 @@ def test_the_tuner_ranks_a_quantised_objective_over_its_box() -> None:
     assert versus_plain.significant and not versus_boxed.significant
     assert versus_boxed.bias_log == pytest.approx(0.446)
     assert boxed.tied_with_best == ("b",)
+
+
+def test_a_decision_holds_only_where_the_box_agrees() -> None:
+    from vllm_slo.analysis.quantised_cells import decision_over_box
+    from vllm_slo.stats.sequential import SequentialDesign, decide_cells
+
+    design = SequentialDesign(3, 3, 0.05, 0.10, 1)
+    base = [3600.0, 3605.0, 3598.0]
+    close = [3700.0, 3702.0, 3698.0]  # +2.7%: "changed" on its spread alone
+    (decision,) = decide_cells(design, 3, {CELL: (base, close)})
+    assert decision.decision == "changed"
+    assert decision_over_box(decision, base, close, 0.0, "welch-log", 0.1) is None
+    boxed = decision_over_box(decision, base, close, 0.2, "welch-log", 0.1)
+    assert boxed is not None and boxed.without_box == "changed"
+    assert boxed.decision.decision == "undecided" and boxed.decision.decision_trials is None
+    assert boxed.box.ci_low < 1.0 < boxed.box.ci_high
+    assert "without the closed loop's phase bias" in boxed.decision.warnings[-1]
+    far = [7200.0, 7210.0, 7190.0]  # x2: beyond any bias of 0.2
+    (clear,) = decide_cells(design, 3, {CELL: (base, far)})
+    kept = decision_over_box(clear, base, far, 0.2, "welch-log", 0.1)
+    assert kept is not None and kept.decision is clear and kept.without_box is None

@@ -32,12 +32,14 @@ from vllm_slo.analysis.comparison import (
     format_ratio,
     instance_scope,
     judgement_text,
+    pair_quantisation,
     pairs_text,
     plan_trials,
     shares_instances,
     within_instance_warning,
 )
 from vllm_slo.analysis.experiment_design import StopReason, sequential_design
+from vllm_slo.analysis.quantised_cells import decision_over_box, pair_bias_log
 from vllm_slo.analysis.run_metrics import RunSeries
 from vllm_slo.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
 from vllm_slo.analysis.trials import Trial, gpu_set, machines_text, trial_cell_value
@@ -535,9 +537,25 @@ def look_decisions(design: SequentialDesign, groups: Sequence[Group], cells: Seq
     """Each candidate's decisions against the baseline (the first group) at the look after
     `trials_per_arm` rounds: (candidate label, one decision per cell)."""
     baseline = groups[0]
-    return tuple((candidate.label,
-                  decide_cells(design, trials_per_arm, round_values(baseline, candidate, cells)))
+    return tuple((candidate.label, _boxed(design, baseline, candidate, cells, trials_per_arm))
                  for candidate in groups[1:])
+
+
+def _boxed(design: SequentialDesign, baseline: Group, candidate: Group, cells: Sequence[str],
+           trials_per_arm: int) -> tuple[CellDecision, ...]:
+    """`decide_cells` of a pair, each quantised cell's decision held against its phase-bias
+    box (`quantised_cells.decision_over_box`), so the runner's stopping rule and the summary
+    see the box as `compare_pair` does."""
+    values = round_values(baseline, candidate, cells)
+    quantised = pair_quantisation(baseline, candidate, cells)
+    decided = []
+    for decision in decide_cells(design, trials_per_arm, values):
+        base, cand = values[decision.cell]
+        boxed = decision_over_box(decision, base, cand,
+                                  pair_bias_log(quantised.get(decision.cell, ())),
+                                  design.test, design.effect)
+        decided.append(decision if boxed is None else boxed.decision)
+    return tuple(decided)
 
 
 def _with_decisions(comparisons: Sequence[ComparisonEntry], design: SequentialDesign,

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from vllm_slo.analysis.trials import Trial
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell, split_cell
+from vllm_slo.stats.sequential import CellDecision
+from vllm_slo.stats.statistics import Estimate
+from vllm_slo.stats.trial_statistics import TrialTest, compare_trials
 
 #: the relative step the bound is capped at (a window of about one wave: a rate off by up to
 #: a factor of 100 either way, which decides nothing)
@@ -95,3 +100,43 @@ def counts_quantisation(cell: str, label: str, counts: Sequence[int], users: int
 def pair_bias_log(sides: Sequence[Quantisation | None]) -> float:
     """A pair's bound on its log-ratio's bias: the sum of its quantised sides' bounds."""
     return sum(q.bias_log for q in sides if q is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class BoxedDecision:
+    """A sequential look's decision of a quantised cell, held against the phase-bias box."""
+
+    decision: CellDecision  # the design's decision, or `undecided` where the box undid it
+    box: Estimate  # the ratio over the box at the decision's own level
+    without_box: str | None = None  # the design's word where the box undid it
+
+
+def decision_over_box(decision: CellDecision, baseline: Sequence[float],
+                      candidate: Sequence[float], bias_log: float, test: TrialTest,
+                      effect: float) -> BoxedDecision | None:
+    """The decision of a quantised cell (``bias_log`` > 0) over its phase-bias box, at the
+    look and the level the decision shows (`CellDecision.shown_trials`, ``level_shown``): a
+    `changed` cell holds only when the box's interval excludes 1, an `equivalent` one only
+    when it lies within the margin (``1/(1+effect)`` to ``1+effect``); otherwise the cell is
+    `undecided`, saying so. None where there is nothing to hold (no box, no test)."""
+    if not bias_log > 0.0 or not decision.level_shown > 0.0:
+        return None
+    word = decision.decision
+    alpha = 2.0 * decision.level_shown if word == "equivalent" else decision.level_shown
+    n = decision.shown_trials
+    base = np.asarray([v for v in baseline[:n] if math.isfinite(v) and v > 0], dtype=float)
+    cand = np.asarray([v for v in candidate[:n] if math.isfinite(v) and v > 0], dtype=float)
+    if base.size < 2 or cand.size < 2 or not 0.0 < alpha < 1.0:
+        return None
+    box = compare_trials(base, cand, alpha=alpha, test=test, bias_log=bias_log).ratio
+    low, high = box.ci_low, box.ci_high
+    if low is None or high is None:
+        return None
+    holds = {"changed": low > 1.0 or high < 1.0,
+             "equivalent": 1.0 / (1.0 + effect) <= low and high <= 1.0 + effect}.get(word, True)
+    if holds:
+        return BoxedDecision(decision, box)
+    note = (f"{word} without the closed loop's phase bias; over it the ratio is "
+            f"[×{low:.3g}, ×{high:.3g}]: undecided")
+    return BoxedDecision(replace(decision, decision="undecided", decision_trials=None,
+                                 warnings=(*decision.warnings, note)), box, word)
