@@ -275,3 +275,33 @@ def test_a_session_run_folder_reports_its_sessions(tmp_path) -> None:
     writer.close()
     render_run(chat_dir)
     assert "sessions" not in json.loads((chat_dir / "summary.json").read_text())
+
+
+def test_a_user_waiting_on_its_tool_counts_as_busy() -> None:
+    """The client's health check counts an agent session's tool wait as deliberate, as it
+    counts think time: the pause after a turn is the next turn's tool latency while the session
+    goes on, the think time after its last turn or a failed one."""
+    import numpy as np
+    import pyarrow as pa
+
+    from vllm_slo.analysis.client_health import deliberate_pauses_s
+    from vllm_slo.scenarios.profile_specs.agent import (
+        AgentSpec,
+        session_pauses_s,
+        tool_latency_s,
+    )
+
+    spec = AgentSpec.model_validate({"turns": 3, "tool_latency": {"kind": "uniform",
+                                                                  "min_s": 0.2, "max_s": 0.6}})
+    conversation = np.array([4, 4, 4, 5])
+    turn = np.array([0, 1, 2, 0])
+    session_turns = np.array([3, 3, 3, 3])
+    ok = np.array([True, True, True, False])
+    pauses = session_pauses_s(spec, 7, conversation, turn, session_turns, ok)
+    assert pauses[0] == tool_latency_s(spec.tool_latency, 7, 4, 1)
+    assert pauses[1] == tool_latency_s(spec.tool_latency, 7, 4, 2)
+    assert 0.2 <= pauses[0] <= 0.6 and pauses[0] != pauses[1]
+    assert np.isnan(pauses[2]) and np.isnan(pauses[3])  # last turn; a failed turn
+    table = pa.table({"x": [1, 2, 3, 4]})
+    chosen = deliberate_pauses_s(table, 0.1, None, pauses)
+    assert list(chosen[:2]) == list(pauses[:2]) and list(chosen[2:]) == [0.1, 0.1]

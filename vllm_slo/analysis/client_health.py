@@ -168,11 +168,15 @@ def _measured(table: pa.Table) -> np.ndarray:
 
 
 def deliberate_pauses_s(table: pa.Table, think_time_s: float,
-                        retry_after_max_s: float | None) -> np.ndarray:
-    """Closed loop: the idleness each row's user chose after it, per row: the think time, plus
-    the server's Retry-After (at most `retry_after_max_s`) when users honour it (None: they
-    ignore it)."""
+                        retry_after_max_s: float | None,
+                        session_pauses_s: np.ndarray | None = None) -> np.ndarray:
+    """Closed loop: the idleness each row's user chose after it, per row: the think time (or,
+    where `session_pauses_s` is not NaN, that wait instead: an agent session's tool latency
+    before its next turn), plus the server's Retry-After (at most `retry_after_max_s`) when
+    users honour it (None: they ignore it)."""
     pauses = np.full(table.num_rows, think_time_s)
+    if session_pauses_s is not None:
+        pauses = np.where(np.isnan(session_pauses_s), pauses, session_pauses_s)
     if retry_after_max_s is not None and "retry_after_s" in table.column_names:
         asked = np.nan_to_num(float_column(table, "retry_after_s"), nan=0.0)
         pauses += np.clip(asked, 0.0, retry_after_max_s)
@@ -180,8 +184,8 @@ def deliberate_pauses_s(table: pa.Table, think_time_s: float,
 
 
 def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s: float,
-                         closed_loop: bool, retry_after_max_s: float | None = None
-                         ) -> Concurrency | None:
+                         closed_loop: bool, retry_after_max_s: float | None = None,
+                         session_pauses_s: np.ndarray | None = None) -> Concurrency | None:
     """Achieved concurrency of a run's rows (every phase given: requests of the warm-up still
     in flight inside the window count); None when the window is empty. Closed loop: a ramp-up
     that reaches into the measured window (warm-up shorter than users / spawn_rate) is cut off:
@@ -208,7 +212,7 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
     busy = None
     gaps = np.empty(0)
     if closed_loop:
-        pauses = deliberate_pauses_s(table, think_time_s, retry_after_max_s)
+        pauses = deliberate_pauses_s(table, think_time_s, retry_after_max_s, session_pauses_s)
         busy_end = finish + pauses
         if keys is not None:
             order = np.lexsort((send, keys))
@@ -451,11 +455,12 @@ def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
                   closed_loop: bool, target_users: int | None, think_time_s: float,
                   max_loop_lag_p99_s: float, min_held_concurrency: float,
                   retry_after_max_s: float | None = None,
-                  server_gone: bool = False) -> ClientHealth:
+                  server_gone: bool = False,
+                  session_pauses_s: np.ndarray | None = None) -> ClientHealth:
     """The whole judgement from a run's rows (all phases) and its monitor records;
-    `server_gone`: see `health_reasons`."""
+    `server_gone`: see `health_reasons`; `session_pauses_s`: `deliberate_pauses_s`."""
     concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop,
-                                       retry_after_max_s)
+                                       retry_after_max_s, session_pauses_s)
     if concurrency is not None:
         records = records_in_window(records, concurrency.window_start_unix_s,
                                     concurrency.window_start_unix_s + concurrency.window_s)

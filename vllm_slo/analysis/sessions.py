@@ -23,6 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from vllm_slo.scenarios.profile_specs.agent import PROFILE as AGENT
+from vllm_slo.scenarios.profile_specs.agent import AgentSpec, session_pauses_s
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
+
 
 @dataclass(frozen=True, slots=True)
 class SessionSeries:
@@ -108,3 +112,21 @@ def session_series(table: pa.Table) -> SessionSeries:
         complete=len(durations), failed=failed, cut=cut,
         ttft_by_turn_s=tuple(np.asarray(by_turn.get(k, []), dtype=np.float64)
                              for k in range(max(by_turn, default=-1) + 1)))
+
+
+def agent_pauses_s(traffic: TrafficSpec, table: pa.Table) -> np.ndarray | None:
+    """Per row, the tool latency its user waited before the session's next turn (NaN where
+    the think time applies; `profile_specs.agent.session_pauses_s`), for the client's health
+    check: a user waiting on its tool is busy, as one thinking is. None unless the run is an
+    agent run whose rows say their sessions' turns."""
+    if traffic.profile != AGENT or "session_turns" not in table.column_names:
+        return None
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(table.column(name).fill_null(-1).to_numpy(zero_copy_only=False),
+                          dtype=np.int64)
+
+    ok = table.column("ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    return session_pauses_s(traffic.settings(AgentSpec), traffic.seed,
+                            column("conversation_id"), column("turn"), column("session_turns"),
+                            ok)

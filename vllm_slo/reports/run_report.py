@@ -36,6 +36,7 @@ from vllm_slo.analysis.run_metrics import (
 )
 from vllm_slo.analysis.server_crosscheck import latency_crosscheck
 from vllm_slo.analysis.server_metrics import run_prefix_cache_hit_rate
+from vllm_slo.analysis.sessions import agent_pauses_s
 from vllm_slo.analysis.summary import (
     RunSummaryDocument,
     build_summary,
@@ -197,7 +198,8 @@ def load_run(run_dir: Path) -> LoadedRun:
         max_loop_lag_p99_s=traffic.max_loop_lag_p99_s,
         min_held_concurrency=traffic.min_held_concurrency,
         retry_after_max_s=traffic.retry_after_max_s,
-        server_gone=bool(outages or stalls))  # users waited on the server, not the client
+        server_gone=bool(outages or stalls),  # users waited on the server, not the client
+        session_pauses_s=agent_pauses_s(traffic, table))
     invalid = (*invalid, *health.reasons)
     invalid = (*invalid, *(outage.reason(run_start_unix_s) for outage in outages))
     # a frozen server refuses nothing: its requests hang until a timeout cuts them

@@ -31,7 +31,7 @@ from vllm_slo.loadtests.profiles.base import Conversations, Profile, conversatio
 from vllm_slo.loadtests.prompts import WordTexts
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.scenarios.profile_specs.agent import PROFILE as NAME
-from vllm_slo.scenarios.profile_specs.agent import AgentSpec, ToolLatency
+from vllm_slo.scenarios.profile_specs.agent import AgentSpec, tool_latency_s
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 if TYPE_CHECKING:  # plan.py imports the profiles
@@ -91,20 +91,6 @@ def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words:
 
 def _turns(traffic: TrafficSpec) -> int:
     return traffic.settings(AgentSpec).turns
-
-
-def tool_latency_s(latency: ToolLatency, seed: int, conversation_id: int, turn: int) -> float:
-    """The wait before turn `turn` (> 0) of session `conversation_id`: the tool's latency,
-    drawn from the session's own generator (the same in every run and arm)."""
-    if turn <= 0 or latency.kind == "constant":
-        return latency.mean_s if turn > 0 else 0.0
-    rng = random.Random(f"{seed}:agent:tool-latency:{conversation_id}:{turn}")
-    if latency.kind == "uniform":
-        assert latency.max_s is not None  # the model requires it
-        return rng.uniform(latency.min_s, latency.max_s)
-    drawn = latency.min_s + (rng.expovariate(1.0 / latency.mean_s) if latency.mean_s > 0
-                             else 0.0)
-    return drawn if latency.max_s is None else min(drawn, latency.max_s)
 
 
 def tool_call_id(conversation_id: int, turn: int) -> str:

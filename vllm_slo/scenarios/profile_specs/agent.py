@@ -15,6 +15,7 @@ turn's end (`slo: {session_e2e: ["p90 < 60s"]}`).
 
 from __future__ import annotations
 
+import random
 from typing import Literal
 
 import numpy as np
@@ -78,3 +79,30 @@ def session_e2e_s(run: MeasuredRun) -> np.ndarray:
 SESSION_E2E = register_metric(Metric(
     "session_e2e", MetricKind.LATENCY, "Session duration", "", lower_is_better=True,
     samples=session_e2e_s, summary_field="", sampled_per="session"))
+
+
+def tool_latency_s(latency: ToolLatency, seed: int, conversation_id: int, turn: int) -> float:
+    """The wait before turn `turn` (> 0) of session `conversation_id`: the tool's latency,
+    drawn from the session's own generator (the same in every run and arm)."""
+    if turn <= 0 or latency.kind == "constant":
+        return latency.mean_s if turn > 0 else 0.0
+    rng = random.Random(f"{seed}:agent:tool-latency:{conversation_id}:{turn}")
+    if latency.kind == "uniform":
+        assert latency.max_s is not None  # the model requires it
+        return rng.uniform(latency.min_s, latency.max_s)
+    drawn = latency.min_s + (rng.expovariate(1.0 / latency.mean_s) if latency.mean_s > 0
+                             else 0.0)
+    return drawn if latency.max_s is None else min(drawn, latency.max_s)
+
+
+def session_pauses_s(spec: AgentSpec, seed: int, conversation_id: np.ndarray, turn: np.ndarray,
+                     session_turns: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Per row, the wait its user chose after it within a session: the tool latency before the
+    session's next turn (`tool_latency_s`) where one follows (a successful turn that is not its
+    session's last), NaN elsewhere (the think time applies: between sessions, after a failed
+    turn). What the client's health check counts as deliberate, like think time."""
+    pauses = np.full(conversation_id.size, np.nan)
+    for row in np.flatnonzero(ok & (turn + 1 < session_turns)):
+        pauses[row] = tool_latency_s(spec.tool_latency, seed, int(conversation_id[row]),
+                                     int(turn[row]) + 1)
+    return pauses
