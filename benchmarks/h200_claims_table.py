@@ -278,7 +278,8 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
             continue
         cell.update({"quantised": [q.text() for q in sides],
                      "ratio_ci_phase_box": [boxed.box.ci_low, boxed.box.ci_high],
-                     "verdict": boxed.decision.decision})
+                     "verdict": boxed.decision.decision,
+                     "warnings": list(boxed.decision.warnings)})
         if boxed.without_box:
             cell["verdict_without_box"] = boxed.without_box
     return row
