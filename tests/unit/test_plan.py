@@ -277,8 +277,13 @@ def test_write_and_read_round_trip(tiny_counter, tmp_path, profile: str) -> None
     assert prompt_bytes(again) == prompt_bytes(plan)
     table = pq.read_table(path)
     assert table.column_names == ["index", "conversation_id", "turn", "messages",
-                                  "prompt_tokens", "max_tokens", "profile", "arrival_s"]
+                                  "prompt_tokens", "max_tokens", "profile", "arrival_s",
+                                  "branch"]
     assert set(table.column("profile").to_pylist()) == {plan.profile}
+    # a plan written before the branch column reads as one without sub-agents
+    older = tmp_path / "older.parquet"
+    pq.write_table(table.drop_columns(["branch"]), older)
+    assert read_plan(older) == plan
 
 
 def test_read_plan_detects_altered_requests(tiny_counter, tmp_path) -> None:

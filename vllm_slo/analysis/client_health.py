@@ -12,6 +12,14 @@ From the measured window's rows:
   starved process);
 - closed loop, **re-send gap** per user: next send − previous end − think time, p50/p99/max.
 
+An agent run's sessions (`analysis/sessions.agent_waits`) add deliberate waits: a tool's
+latency between turns, counted like think time, and a session's wait on its sub-agents
+(`fan_out`), from the fan-out turn's end to the last sub-agent's end. Sub-agents run
+concurrently inside their user, so requests in flight may exceed the users: the busy share
+counts each user once (its own chain of requests and waits, which spans its sub-agents), the
+in-flight count counts every request; re-send gaps are taken within each chain (a sub-agent's
+next turn after its previous one, the join after the last sub-agent).
+
 From the self-monitor's records (vllm_slo/loadtests/client_monitor.py, one per process-second):
 event-loop lag (pooled from per-second quarter-octave histograms, so a percentile is exact to
 the bucket's upper edge), CPU per worker, socket reads and SSE events (events per read ≫ 1:
@@ -185,12 +193,16 @@ def deliberate_pauses_s(table: pa.Table, think_time_s: float,
 
 def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s: float,
                          closed_loop: bool, retry_after_max_s: float | None = None,
-                         session_pauses_s: np.ndarray | None = None) -> Concurrency | None:
+                         session_pauses_s: np.ndarray | None = None,
+                         session_chains: np.ndarray | None = None) -> Concurrency | None:
     """Achieved concurrency of a run's rows (every phase given: requests of the warm-up still
     in flight inside the window count); None when the window is empty. Closed loop: a ramp-up
     that reaches into the measured window (warm-up shorter than users / spawn_rate) is cut off:
     the judged window starts once the last user has sent its first request. A user that waits
-    out a Retry-After it honours (`retry_after_max_s`) is busy meanwhile, as when it thinks."""
+    out a Retry-After it honours (`retry_after_max_s`) is busy meanwhile, as when it thinks.
+    `session_chains` (an agent run's, `analysis.sessions.AgentWaits`): per row, 0 for its
+    user's own chain, another number per sub-agent; busy users count chain 0 only, re-send
+    gaps are taken within each chain."""
     window = judged_window(table)
     if window is None:
         return None
@@ -214,10 +226,13 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
     if closed_loop:
         pauses = deliberate_pauses_s(table, think_time_s, retry_after_max_s, session_pauses_s)
         busy_end = finish + pauses
+        chains = (np.zeros(table.num_rows, dtype=np.int64) if session_chains is None
+                  else np.asarray(session_chains, dtype=np.int64))
         if keys is not None:
-            order = np.lexsort((send, keys))
-            k, s, f, pause = keys[order], send[order], finish[order], pauses[order]
-            same_user = (k[1:] == k[:-1]) & (k[1:] >= 0)
+            order = np.lexsort((send, chains, keys))
+            k, c, s, f, pause = (keys[order], chains[order], send[order], finish[order],
+                                 pauses[order])
+            same_user = (k[1:] == k[:-1]) & (c[1:] == c[:-1]) & (k[1:] >= 0)
             nxt = np.flatnonzero(same_user)
             busy_sorted = f + pause
             busy_sorted[nxt] = np.maximum(np.minimum(busy_sorted[nxt], s[nxt + 1]), s[nxt])
@@ -226,7 +241,8 @@ def achieved_concurrency(table: pa.Table, target_users: int | None, think_time_s
             next_send = s[nxt + 1]
             inside = (next_send >= start) & (next_send <= end)
             gaps = (next_send - f[nxt] - pause[nxt])[inside]
-        busy = time_weighted_count(send, busy_end, start, end)
+        own = chains == 0  # a user's sub-agents run inside its own chain's span
+        busy = time_weighted_count(send[own], busy_end[own], start, end)
     gaps = gaps[np.isfinite(gaps)]
 
     def gap(q: float) -> float | None:
@@ -456,11 +472,13 @@ def client_health(table: pa.Table, records: Sequence[Mapping[str, Any]], *,
                   max_loop_lag_p99_s: float, min_held_concurrency: float,
                   retry_after_max_s: float | None = None,
                   server_gone: bool = False,
-                  session_pauses_s: np.ndarray | None = None) -> ClientHealth:
+                  session_pauses_s: np.ndarray | None = None,
+                  session_chains: np.ndarray | None = None) -> ClientHealth:
     """The whole judgement from a run's rows (all phases) and its monitor records;
-    `server_gone`: see `health_reasons`; `session_pauses_s`: `deliberate_pauses_s`."""
+    `server_gone`: see `health_reasons`; `session_pauses_s`: `deliberate_pauses_s`;
+    `session_chains`: `achieved_concurrency`."""
     concurrency = achieved_concurrency(table, target_users, think_time_s, closed_loop,
-                                       retry_after_max_s, session_pauses_s)
+                                       retry_after_max_s, session_pauses_s, session_chains)
     if concurrency is not None:
         records = records_in_window(records, concurrency.window_start_unix_s,
                                     concurrency.window_start_unix_s + concurrency.window_s)

@@ -46,6 +46,9 @@ class PlannedRequest:
     max_tokens: int
     profile: str = ""  # the profile that made it (a mix's component; not sent, not hashed)
     arrival_s: float | None = None  # arrival kind trace: its send time (not sent, not hashed)
+    # profile agent: the request's sub-agent within its session (None: the parent chain, or
+    # not a session; not sent, not hashed)
+    branch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,7 @@ def _freeze(candidates: list[Candidate]) -> tuple[PlannedRequest, ...]:
 
     return tuple(
         PlannedRequest(index, c.conversation_id, c.turn, tuple(map(as_dict, c.messages)),
-                       c.prompt_tokens, c.max_tokens, c.profile, c.arrival_s)
+                       c.prompt_tokens, c.max_tokens, c.profile, c.arrival_s, c.branch)
         for index, c in enumerate(candidates))
 
 
@@ -155,6 +158,7 @@ def write_plan(plan: RequestPlan, path: Path) -> None:
         "max_tokens": pa.array([r.max_tokens for r in requests], pa.int64()),
         "profile": pa.array([r.profile for r in requests], pa.string()),
         "arrival_s": pa.array([r.arrival_s for r in requests], pa.float64()),
+        "branch": pa.array([r.branch for r in requests], pa.int32()),
     })
     metadata = {"schema_version": PLAN_SCHEMA_VERSION, "profile": plan.profile,
                 "seed": plan.seed, "tokenizer": plan.tokenizer, "trimmed": plan.trimmed,
@@ -188,13 +192,15 @@ def read_plan(source: Path | bytes) -> RequestPlan:
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     profiles = columns.get("profile") or [meta["profile"]] * table.num_rows
     arrivals = columns.get("arrival_s") or [None] * table.num_rows
+    branches = columns.get("branch") or [None] * table.num_rows  # older plans: no sub-agents
     requests = tuple(
         PlannedRequest(index, conversation_id, turn, tuple(messages), prompt_tokens, max_tokens,
-                       profile, arrival_s)
-        for index, conversation_id, turn, messages, prompt_tokens, max_tokens, profile, arrival_s
+                       profile, arrival_s, branch)
+        for (index, conversation_id, turn, messages, prompt_tokens, max_tokens, profile,
+             arrival_s, branch)
         in zip(columns["index"], columns["conversation_id"], columns["turn"],
                columns["messages"], columns["prompt_tokens"], columns["max_tokens"], profiles,
-               arrivals, strict=True))
+               arrivals, branches, strict=True))
     if plan_sha256(requests) != meta["sha256"]:
         raise ValueError(f"{path}: the requests do not match the plan's sha256 (file altered)")
     return RequestPlan(

@@ -59,6 +59,7 @@ class Candidate:
     max_tokens: int
     profile: str = ""  # the profile that made it (a mix's component)
     arrival_s: float | None = None  # kind trace: its send time, from the start of traffic
+    branch: int | None = None  # profile agent: its sub-agent (None: the parent chain)
 
     @property
     def prompt_tokens(self) -> int:
@@ -171,7 +172,7 @@ def fit_to_context(candidates: list[Candidate], max_model_len: int | None, polic
             result.append(None)
             continue
         copy = Candidate(candidate.conversation_id, candidate.turn, list(candidate.messages),
-                          candidate.max_tokens)
+                          candidate.max_tokens, branch=candidate.branch)
         for i, budget in cuts:
             jobs.append((copy.messages[i], budget))
             where.append((copy, i))

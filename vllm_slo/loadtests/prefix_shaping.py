@@ -131,7 +131,7 @@ def shape_candidates(candidates: list[Candidate], target: float, block_size: int
         firsts.append(new_first)
         shaped.append(Candidate(candidate.conversation_id, candidate.turn,
                                 [new_first, *candidate.messages[1:]], candidate.max_tokens,
-                                candidate.profile))
+                                candidate.profile, branch=candidate.branch))
     for message, tokens in zip(firsts, counter.count_many([m.content for m in firsts]),
                                strict=True):
         message.tokens = tokens

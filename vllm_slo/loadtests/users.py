@@ -5,7 +5,9 @@ gives the command line); every reported number comes from the rows written to
 `<run-dir>/samples/`, Locust's own statistics feed its console only.
 
 Closed loop (`ClosedLoopUser`): each user works through one conversation at a time, turn after
-turn, with think time; intended send time = actual send time.
+turn, with think time; intended send time = actual send time. An agent session with
+`fan_out` runs its sub-agents concurrently inside its user (one greenlet and connection per
+sub-agent, every request through the same `send`), then its join turn.
 Open loop (`OpenLoopUser`): users are the in-flight slots (`max_in_flight`); a free slot claims
 the next scheduled arrival and sends it at its intended time. An arrival claimed after its time
 (every slot was busy) is marked `queued_for_slot`; its latency counts from the intended time,
@@ -415,22 +417,31 @@ class _StreamingUser(User):
         self.user_id = RUN.next_user_id
         RUN.next_user_id += 1
         self.requests_sent = 0
+        self.client = self.new_client()
+        self.branch_clients: list[HttpStreamClient] = []  # an agent's sub-agents, one each
+
+    def new_client(self) -> HttpStreamClient:
+        assert RUN.traffic is not None
         # no timeout on each socket read (gevent arms a timer per wait: ~10% of the client's
-        # CPU at 400 streams); one watchdog per request bounds it instead (send). The process's
-        # reader pump reads every user's responses (vllm_slo/loadtests/reader_pump.py);
-        # VLLM_SLO_READER=blocking reads in each user's greenlet instead (for comparisons)
+        # CPU at 400 streams); one watchdog per request bounds it instead (send). The
+        # process's reader pump reads every user's responses
+        # (vllm_slo/loadtests/reader_pump.py); VLLM_SLO_READER=blocking reads in each user's
+        # greenlet instead (for comparisons)
         reader = None if os.environ.get("VLLM_SLO_READER") == "blocking" else pump().read
         assert self.host is not None  # the launcher always passes --host
-        self.client = HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key,
-                                       read_timeouts=False, reader=reader)
+        return HttpStreamClient(self.host, RUN.traffic.request_timeout_s, RUN.api_key,
+                                read_timeouts=False, reader=reader)
 
     def on_stop(self) -> None:
         self.client.close()
+        for client in self.branch_clients:
+            client.close()
 
-    def send(self, position: int, intended_perf_s: float | None, queued: bool
-             ) -> RequestOutcome:
-        """Send plan entry `position` and record its row. Open loop: latencies count from the
-        scheduled `intended_perf_s`; closed loop (None): from the actual send."""
+    def send(self, position: int, intended_perf_s: float | None, queued: bool,
+             client: HttpStreamClient | None = None) -> RequestOutcome:
+        """Send plan entry `position` and record its row (on `client`: a sub-agent's own
+        connection; None: the user's). Open loop: latencies count from the scheduled
+        `intended_perf_s`; closed loop (None): from the actual send."""
         traffic, plan = RUN.traffic, RUN.plan
         assert traffic is not None and plan is not None  # _configure ran: this process has users
         request: PlannedRequest = plan.requests[position % len(plan.requests)]
@@ -463,8 +474,9 @@ class _StreamingUser(User):
                 send_unix_s=RUN.wall_clock.unix_s(outcome.send_perf_s), queued=queued,
                 outcome=outcome)
             row["adapter"] = adapter  # traffic.lora's name (base included); None: no split
-            if RUN.agent is not None:  # the turns of the request's session
+            if RUN.agent is not None:  # the requests of the request's session, its branch
                 row["session_turns"] = RUN.agent.turns_of(request.conversation_id)
+                row["branch"] = request.branch
             RUN.record(row)
 
         # the watchdog's TimeoutError interrupts the wait for the response (the pump lets go
@@ -473,8 +485,8 @@ class _StreamingUser(User):
         try:
             with gevent.Timeout(timeout_s, TimeoutError(
                     f"response not finished after {timeout_s:g}s (traffic.request_timeout)")):
-                outcome = send_streamed(self.client, traffic.endpoint, body, request_id,
-                                        on_cancel=record)
+                outcome = send_streamed(client or self.client, traffic.endpoint, body,
+                                        request_id, on_cancel=record)
         finally:
             RUN.monitor.in_flight.leave()
         record(outcome)
@@ -488,23 +500,36 @@ class _StreamingUser(User):
 
 class ClosedLoopUser(_StreamingUser):
     """One conversation at a time, turn after turn, think time between requests (waited
-    inside the task, see `pause`; Locust's own wait_time stays 0)."""
+    inside the task, see `pause`; Locust's own wait_time stays 0). An agent session's
+    sub-agents run concurrently after its fan-out turn (`run_branches`)."""
 
     wait_time = constant(0)
 
     def on_start(self) -> None:
         super().on_start()
         self.pending: list[int] = []
+        self.branches: tuple[tuple[int, ...], ...] = ()  # run after `fork_at` is answered
+        self.fork_at: int | None = None
         self.backoff_s = 0.0
+
+    def _claim(self) -> None:
+        positions = RUN.claim_conversation()
+        if RUN.agent is None:
+            self.pending, self.branches, self.fork_at = list(positions), (), None
+            return
+        steps = RUN.agent.steps(positions)
+        self.pending = [*steps.before, *steps.after]
+        self.branches = steps.branches
+        self.fork_at = steps.before[-1] if steps.branches and steps.before else None
 
     @task
     def next_turn(self) -> None:
         if not self.pending:
-            self.pending = list(RUN.claim_conversation())
+            self._claim()
         position = self.pending.pop(0)
         outcome = self.send(position, None, queued=False)
         if not outcome.ok:
-            self.pending = []  # a failed turn ends its conversation
+            self.pending, self.branches = [], ()  # a failed turn ends its conversation
         traffic = RUN.traffic
         assert traffic is not None  # _configure ran
         if outcome.status_code:  # the server answered (an HTTP error too): go on, unless it
@@ -512,7 +537,14 @@ class ClosedLoopUser(_StreamingUser):
             longest_s = traffic.retry_after_max_s
             asked_s = min(outcome.retry_after_s or 0.0, longest_s or 0.0)
             wait_s = traffic.arrival.think_time_s
-            if RUN.agent is not None and self.pending:  # the session's next turn: its tool
+            if self.branches and position == self.fork_at:  # its sub-agents, then the join
+                joined = self.run_branches(self.branches)
+                self.branches = ()
+                if not joined:  # a failed sub-agent ends its session
+                    self.pending = []
+                elif self.pending:
+                    wait_s = 0.0  # the join is sent as soon as the last sub-agent ends
+            elif RUN.agent is not None and self.pending:  # the session's next turn: its tool
                 wait_s = RUN.agent.tool_latency_s(self.pending[0])
             self.pause(asked_s + wait_s)
             return
@@ -520,6 +552,35 @@ class ClosedLoopUser(_StreamingUser):
         # instead of re-sending in a tight loop (seen: 16 users, 1,664 refused requests in 18 s)
         self.backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, 2 * self.backoff_s))
         self.pause(self.backoff_s * random.uniform(0.5, 1.0) + traffic.arrival.think_time_s)
+
+    def run_branches(self, branches: tuple[tuple[int, ...], ...]) -> bool:
+        """Run an agent session's sub-agents concurrently, one greenlet and connection each,
+        and wait for all of them: True when every one completed its turns. Should this user
+        be killed meanwhile (Locust's stop timeout), its sub-agents go too (a request in
+        flight is recorded as cancelled, as the user's own)."""
+        while len(self.branch_clients) < len(branches):
+            self.branch_clients.append(self.new_client())
+        greenlets = [gevent.spawn(self._run_branch, positions, client)
+                     for positions, client in zip(branches, self.branch_clients, strict=False)]
+        try:
+            gevent.joinall(greenlets)
+        finally:
+            gevent.killall([greenlet for greenlet in greenlets if not greenlet.dead])
+        self.pause(0)  # Locust asked this user to stop meanwhile: leave now
+        return all(greenlet.value is True for greenlet in greenlets)
+
+    def _run_branch(self, positions: tuple[int, ...], client: HttpStreamClient) -> bool:
+        """One sub-agent: its turns in order with its tool's latency between them; False when
+        a turn failed or Locust asked the user to stop."""
+        assert RUN.agent is not None
+        for k, position in enumerate(positions):
+            if k:
+                self.stopping.wait(RUN.agent.tool_latency_s(position))
+                if self._state == LOCUST_STATE_STOPPING:
+                    return False
+            if not self.send(position, None, queued=False, client=client).ok:
+                return False
+        return True
 
 
 class OpenLoopUser(_StreamingUser):

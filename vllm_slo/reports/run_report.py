@@ -36,7 +36,7 @@ from vllm_slo.analysis.run_metrics import (
 )
 from vllm_slo.analysis.server_crosscheck import latency_crosscheck
 from vllm_slo.analysis.server_metrics import run_prefix_cache_hit_rate
-from vllm_slo.analysis.sessions import agent_pauses_s
+from vllm_slo.analysis.sessions import agent_waits
 from vllm_slo.analysis.summary import (
     RunSummaryDocument,
     build_summary,
@@ -191,6 +191,7 @@ def load_run(run_dir: Path) -> LoadedRun:
     run_start_unix_s = (float(pc.min(table.column("send_unix_s")).as_py()) if table.num_rows
                         else 0.0)
     outages, stalls = table_outages(table), table_stalls(table)
+    waits = agent_waits(traffic, table)  # an agent run's tool and sub-agent waits
     health = client_health(
         table, read_client_records(run_dir), closed_loop=closed,
         target_users=traffic.arrival.users if closed else None,
@@ -199,7 +200,8 @@ def load_run(run_dir: Path) -> LoadedRun:
         min_held_concurrency=traffic.min_held_concurrency,
         retry_after_max_s=traffic.retry_after_max_s,
         server_gone=bool(outages or stalls),  # users waited on the server, not the client
-        session_pauses_s=agent_pauses_s(traffic, table))
+        session_pauses_s=None if waits is None else waits.pauses_s,
+        session_chains=None if waits is None else waits.chains)
     invalid = (*invalid, *health.reasons)
     invalid = (*invalid, *(outage.reason(run_start_unix_s) for outage in outages))
     # a frozen server refuses nothing: its requests hang until a timeout cuts them

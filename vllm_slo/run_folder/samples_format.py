@@ -37,7 +37,7 @@ import pyarrow.ipc as ipc
 # 2: chunk_offsets_s float32 (was float64); 3: status; 4: retry_after_s; 5: profile;
 # 6: chunk_tokens, ttft_answer_s, reasoning_chunks, reasoning_tokens; adapter
 # (status `bad_response`, issue 40, is a new word in the same column: still schema 6;
-# session_turns, a nullable column older files read as null: still schema 6)
+# session_turns and branch, nullable columns older files read as null: still schema 6)
 SCHEMA_VERSION = 6
 # what became of a request, one word (the error column keeps the details):
 REQUEST_STATUSES = (
@@ -92,8 +92,11 @@ SAMPLE_SCHEMA = pa.schema([
     pa.field("ttft_answer_s", pa.float64()),  # first answer chunk - intended send; null if none
     pa.field("reasoning_chunks", pa.int32()),  # chunks carrying reasoning and no answer
     pa.field("reasoning_tokens", pa.int32()),  # server's count, else per-chunk sum; null: unknown
-    # the turns the plan gave the request's session (profile agent); null: not a session
+    # the requests the plan gave the request's session (profile agent: the parent's turns
+    # and every sub-agent's); null: not a session
     pa.field("session_turns", pa.int32()),
+    # the request's sub-agent within its session (agent fan_out); null: the parent chain
+    pa.field("branch", pa.int32()),
 ], metadata={"vllm_slo_samples_schema": str(SCHEMA_VERSION)})
 
 _SCALAR_FIELDS = tuple(f for f in SAMPLE_SCHEMA if f.name not in _LIST_COLUMNS)

@@ -78,19 +78,56 @@ def conversations(traffic: TrafficSpec, seed: int, counter: TokenCounter, words:
                                     target=spec.task_tokens, generated=True)]
         turns = [Candidate(c, 0, list(history), spec.output_tokens, NAME)]
         for turn in range(1, spec.turns):
-            result = tool_result_tokens(spec, rng)
-            history.append(Message("assistant", words.text(rng, spec.output_tokens),
-                                   target=spec.output_tokens, generated=True))
-            history.append(Message(result_role, words.text(rng, result), target=result,
-                                   generated=True))
+            if spec.fan_out is not None and turn == spec.fan_out.at_turn + 1:  # the join
+                answer = Message("assistant", words.text(rng, spec.output_tokens),
+                                 target=spec.output_tokens, generated=True)
+                branches, results = sub_agents(spec, seed, c, [*history, answer], words)
+                turns += branches
+                history += [answer, *results]
+            else:
+                result = tool_result_tokens(spec, rng)
+                history += [Message("assistant", words.text(rng, spec.output_tokens),
+                                    target=spec.output_tokens, generated=True),
+                            Message(result_role, words.text(rng, result), target=result,
+                                    generated=True)]
             turns.append(Candidate(c, turn, list(history), spec.output_tokens, NAME))
         return turns
 
     return conversation
 
 
+def sub_agents(spec: AgentSpec, seed: int, c: int, context: list[Message], words: WordTexts
+               ) -> tuple[list[Candidate], list[Message]]:
+    """Session c's sub-agents (`fan_out`), each from its own generator
+    (`random.Random(f"{seed}:agent:{c}:branch:{b}")`): branch b's turn 0 is the parent's
+    `context` (up to the answer that spawned it) plus its task; each later turn adds its
+    answer and a tool result, as the parent's do. Returns their requests, branch after branch,
+    and each one's final answer (a stand-in of `output_tokens`) as the tool result the join
+    turn holds, in branch order."""
+    fan_out = spec.fan_out
+    assert fan_out is not None
+    role = TOOL_RESULT_ROLE[spec.tool_format]
+    requests: list[Candidate] = []
+    finals: list[Message] = []
+    for b in range(fan_out.branches):
+        rng = random.Random(f"{seed}:agent:{c}:branch:{b}")
+        history = [*context, Message("user", words.text(rng, fan_out.task_tokens),
+                                     target=fan_out.task_tokens, generated=True)]
+        requests.append(Candidate(c, 0, list(history), spec.output_tokens, NAME, branch=b))
+        for turn in range(1, fan_out.turns):
+            result = tool_result_tokens(spec, rng)
+            history += [Message("assistant", words.text(rng, spec.output_tokens),
+                                target=spec.output_tokens, generated=True),
+                        Message(role, words.text(rng, result), target=result, generated=True)]
+            requests.append(Candidate(c, turn, list(history), spec.output_tokens, NAME,
+                                      branch=b))
+        finals.append(Message(role, words.text(rng, spec.output_tokens),
+                              target=spec.output_tokens, generated=True))
+    return requests, finals
+
+
 def _turns(traffic: TrafficSpec) -> int:
-    return traffic.settings(AgentSpec).turns
+    return traffic.settings(AgentSpec).requests_per_session
 
 
 def tool_call_id(conversation_id: int, turn: int) -> str:
@@ -100,38 +137,58 @@ def tool_call_id(conversation_id: int, turn: int) -> str:
 
 def openai_tool_messages(messages: Sequence[Mapping[str, str]], conversation_id: int
                          ) -> list[dict[str, Any]]:
-    """The plan's messages with the tool-call framing: the assistant message before each
-    `tool` message calls TOOL_NAME with its id, the tool message answers that id. The contents
-    are the plan's, untouched (the framing adds the template's tool-call tokens only)."""
+    """The plan's messages with the tool-call framing: the assistant message before a run of
+    `tool` messages calls TOOL_NAME once per message of the run (a join turn's run holds one
+    result per sub-agent: parallel calls), each tool message answers its call's id. The
+    contents are the plan's, untouched (the framing adds the template's tool-call tokens
+    only)."""
     out: list[dict[str, Any]] = []
     results = 0
+    caller: dict[str, Any] | None = None  # the assistant message the current run answers
     for message in messages:
         entry: dict[str, Any] = dict(message)
         if message["role"] == "tool":
             results += 1
             call = tool_call_id(conversation_id, results)
             previous = out[-1] if out else None
-            if previous is None or previous["role"] != "assistant":
+            if previous is not None and previous["role"] == "assistant":
+                caller = previous
+            elif previous is None or previous["role"] != "tool":
+                caller = None
+            if caller is None:
                 raise ValueError("a tool message must follow the assistant message that "
                                  "called the tool")
-            previous["tool_calls"] = [{
+            caller.setdefault("tool_calls", []).append({
                 "id": call, "type": "function",
                 "function": {"name": TOOL_NAME,
-                             "arguments": json.dumps({"query": f"step {results}"})}}]
+                             "arguments": json.dumps({"query": f"step {results}"})}})
             entry["tool_call_id"] = call
         out.append(entry)
     return out
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSteps:
+    """One session's plan positions as its user sends them: the parent's turns `before` the
+    fan-out (up to and including the turn that spawns the sub-agents), then each sub-agent's
+    turns (`branches`, run concurrently), then the parent's turns `after` them (the join
+    first). Without `fan_out` every turn is `before`."""
+
+    before: tuple[int, ...]
+    branches: tuple[tuple[int, ...], ...] = ()
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSession:
-    """What a Locust process needs of an agent run's plan: each session's turns (the rows'
-    `session_turns`), the wait before a turn and the request's tool-call framing."""
+    """What a Locust process needs of an agent run's plan: each session's requests (the rows'
+    `session_turns`) and their order (`steps`), the wait before a turn and the request's
+    tool-call framing."""
 
     spec: AgentSpec
     seed: int
     requests: Sequence[PlannedRequest]
-    turns: Mapping[int, int]  # conversation -> the plan's requests of it
+    turns: Mapping[int, int]  # conversation -> the plan's requests of it (sub-agents' too)
 
     @classmethod
     def of(cls, traffic: TrafficSpec, requests: Sequence[PlannedRequest]
@@ -145,11 +202,28 @@ class AgentSession:
     def turns_of(self, conversation_id: int) -> int:
         return self.turns[conversation_id]
 
+    def steps(self, positions: Sequence[int]) -> SessionSteps:
+        """A session's plan positions (in plan order) split at its fan-out."""
+        fan_out = self.spec.fan_out
+        if fan_out is None:
+            return SessionSteps(tuple(positions))
+        before: list[int] = []
+        after: list[int] = []
+        branches: dict[int, list[int]] = {}
+        for position in positions:
+            request = self.requests[position % len(self.requests)]
+            if request.branch is not None:
+                branches.setdefault(request.branch, []).append(position)
+            else:
+                (before if request.turn <= fan_out.at_turn else after).append(position)
+        return SessionSteps(tuple(before), tuple(tuple(branches[b]) for b in sorted(branches)),
+                            tuple(after))
+
     def tool_latency_s(self, position: int) -> float:
-        """The wait before plan entry `position` (a turn after the first of its session)."""
+        """The wait before plan entry `position` (a turn after the first of its chain)."""
         request = self.requests[position % len(self.requests)]
         return tool_latency_s(self.spec.tool_latency, self.seed, request.conversation_id,
-                              request.turn)
+                              request.turn, request.branch)
 
     def framed(self, request: PlannedRequest, extra_body: Mapping[str, Any]
                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
