@@ -1,7 +1,8 @@
 """Agentic sessions against the known-timing stand-in (issue 42.3): the users wait the tool's
 latency between a session's turns (and not between sessions), each row carries its session's
 turns, and `session_e2e` is judged on the sessions: their durations are the turns' latencies
-plus the tool waits the scenario set."""
+plus the tool waits the scenario set. With `fan_out`, the sub-agents' requests overlap on the
+stand-in's record and the join follows them."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import FAKE_VLLM, HEALTH_BOUNDS_OFF, cli_env, run_cli
+from tests.integration.conftest import (
+    FAKE_VLLM,
+    HEALTH_BOUNDS_OFF,
+    cli_env,
+    run_cli,
+    standin_server,
+)
 from vllm_slo.analysis.sessions import session_series
+from vllm_slo.servers.standin.cli import read_record_log
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +82,65 @@ def test_sessions_wait_for_their_tools_and_are_judged_whole(tmp_path: Path) -> N
     reported = summary["sessions"]  # summary.json and the terminal say the sessions
     assert reported["complete"] == sessions.complete and reported["turns_mean"] == TURNS
     assert f"sessions: {sessions.complete} complete, " in result.output
+
+
+FAN_TOOL_S = 0.3
+FAN_OUT = {"at_turn": 0, "branches": 3, "turns": 2}
+
+
+def test_sub_agents_run_concurrently_and_the_join_waits_for_them(tmp_path: Path) -> None:
+    """`fan_out`: after a session's turn 0 its three sub-agents send concurrently (their
+    requests overlap on the stand-in's own record of what it served), each waits its tool
+    between its two turns, and the parent's join is received after every sub-agent's last
+    response ended; the rows say each request's branch, the sessions are whole."""
+    record = tmp_path / "served.jsonl"
+    fan_out = ", ".join(f"{key}: {value}" for key, value in FAN_OUT.items())
+    with standin_server("--ttft", "0.05", "--itl", "0.01", "--record", str(record)) as url:
+        result = run_cli([
+            "run", "scenario=agent", f"server.url={url}", *HEALTH_BOUNDS_OFF,
+            "traffic.duration=6s", "traffic.warmup=0s",
+            "traffic.arrival={kind: closed, users: 2, spawn_rate: 20, think_time: 0s}",
+            f"traffic.agent={{turns: 3, system_prompt_tokens: 20, task_tokens: 10, "
+            f"output_tokens: 4, tool_result_tokens: 30, tool_latency: {{kind: constant, "
+            f"mean: {FAN_TOOL_S}s}}, tool_format: openai, fan_out: {{{fan_out}}}}}",
+            'slo={session_e2e: ["mean < 30s"], error_rate: "< 50%"}'], tmp_path / "runs")
+    assert result.run_dir is not None, result.output
+    assert result.returncode == 0, result.output
+    table = pq.read_table(result.run_dir / "samples.parquet")
+    rows = table.to_pylist()
+    assert rows and all(row["ok"] for row in rows), {row["error"] for row in rows}
+    assert {row["session_turns"] for row in rows} == {3 + 3 * 2}
+    assert {row["branch"] for row in rows} == {None, 0, 1, 2}
+    served = read_record_log(record)
+    by_session: dict[tuple[int, int, int], dict[tuple[int, int], dict]] = {}
+    for row in rows:
+        key = (row["process_id"], row["user_id"], row["conversation_id"])
+        chain = -1 if row["branch"] is None else row["branch"]
+        by_session.setdefault(key, {})[(chain, row["turn"])] = served[row["request_id"]]
+    whole = [s for s in by_session.values() if len(s) == 9]
+    assert len(whole) >= 6, len(whole)
+    for session in whole:
+        firsts = [session[(b, 0)] for b in range(3)]
+        # the sub-agents' first requests were all being served at once
+        assert max(r["receipt_s"] for r in firsts) < min(r["last_chunk_s"] for r in firsts)
+        assert all(r["receipt_s"] > session[(-1, 0)]["last_chunk_s"] for r in firsts)
+        for b in range(3):  # each sub-agent waited its tool between its turns
+            gap = session[(b, 1)]["receipt_s"] - session[(b, 0)]["last_chunk_s"]
+            assert FAN_TOOL_S - 0.01 < gap < FAN_TOOL_S + 0.2, gap
+        last_branch_end = max(session[(b, 1)]["last_chunk_s"] for b in range(3))
+        join = session[(-1, 1)]["receipt_s"]
+        assert last_branch_end < join < last_branch_end + 0.2
+        tool = session[(-1, 2)]["receipt_s"] - session[(-1, 1)]["last_chunk_s"]
+        assert FAN_TOOL_S - 0.01 < tool < FAN_TOOL_S + 0.2, tool
+    # a session: turn 0, the sub-agents (2 turns and a tool), the join, a tool, turn 2:
+    # 5 requests of ~0.08 s end to end and 2 tools
+    sessions = session_series(table)
+    assert sessions.complete >= 6 and sessions.failed == 0, sessions
+    assert all(4 * 0.08 + 2 * FAN_TOOL_S <= d < 4 * 0.08 + 2 * FAN_TOOL_S + 0.6
+               for d in sessions.e2e_s), sessions.e2e_s
+    summary = result.json("summary.json")
+    assert summary["sessions"]["complete"] == sessions.complete
+    concurrency = summary["client_health"]["concurrency"]
+    # up to 3 requests in flight per user; the users busy while their sub-agents run
+    assert concurrency["in_flight"]["max"] > 2, concurrency
+    assert concurrency["busy_share"] > 0.8, concurrency
