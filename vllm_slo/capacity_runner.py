@@ -37,9 +37,14 @@ from vllm_slo.analysis.capacity import (
     search_range,
     stability,
     step_verdicts,
+    trace_shortfall,
     trial_capacity,
 )
 from vllm_slo.experiment_runner import resumable_scenario
+from vllm_slo.loadtests.profiles.trace import trace_path
+from vllm_slo.loadtests.trace_formats import read_trace
+from vllm_slo.loadtests.trace_replay import Selection
+from vllm_slo.loadtests.trace_replay import select as select_sends
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.capacity_report import (
     CAPACITY_FILE,
@@ -62,10 +67,12 @@ from vllm_slo.runner import (
     run_on_server,
     shared_server,
 )
-from vllm_slo.scenarios.capacity_spec import RATE_KEY, CapacitySpec
+from vllm_slo.scenarios.capacity_spec import RATE_KEY, SPEEDUP_KEY, USERS_KEY, CapacitySpec
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
+from vllm_slo.scenarios.profile_specs.trace import TraceSpec
+from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.scenarios.units import format_duration_s
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.stats.capacity_search import (
@@ -96,22 +103,25 @@ def step_scenario(arm: Scenario, spec: CapacitySpec, step: NextStep) -> Scenario
     arrival = traffic["arrival"]
     if spec.load == RATE_KEY:
         arrival["rate"] = step.load
-    else:
+    elif spec.load == USERS_KEY:
         arrival["users"] = int(step.load)
+    else:
+        traffic.setdefault("trace", {})["speedup"] = step.load
     traffic["duration"] = traffic["duration"] * step.window_factor
     document["trials"] = 1
     return Scenario.model_validate(document)
 
 
 def _step_name(index: int, step: NextStep, spec: CapacitySpec) -> str:
-    unit = "req_s" if spec.load == RATE_KEY else "users"
+    unit = {RATE_KEY: "req_s", USERS_KEY: "users", SPEEDUP_KEY: "x"}[spec.load]
     again = f"-x{int(step.window_factor)}" if step.attempt else ""
     return f"step-{index:02d}-{step.load:.4g}{unit}{again}"
 
 
 def _step_line(step: CapacityStep, spec: CapacitySpec, low: float | None,
                high: float | None) -> str:
-    achieved = "" if step.achieved is None else f" (achieved {step.achieved:.3g})"
+    unit = f" {spec.unit}" if spec.load == SPEEDUP_KEY else ""  # what was sent of the trace
+    achieved = "" if step.achieved is None else f" (achieved {step.achieved:.3g}{unit})"
     slos = " · ".join(f"{s.slo} {s.verdict.value}" for s in step.slos)
     unstable = "" if step.stability.stable else f" · unstable: {step.stability.reason}"
     goodput = step.goodput_per_s.value
@@ -261,40 +271,94 @@ class CapacitySearch:
         return document
 
 
+def _trace_selection(traffic: TrafficSpec, speedup: float, total_s: float) -> Selection:
+    """The replay at `speedup` over `total_s` run seconds (reads only that much trace)."""
+    trace = traffic.settings(TraceSpec)
+    try:
+        return select_sends(
+            read_trace(trace_path(trace), trace.format), start_s=trace.start_s,
+            end_s=trace.end_s, speedup=speedup, rate_scale=trace.rate_scale,
+            max_requests=trace.max_requests, total_s=total_s)
+    except ValueError as error:  # check_before_run names a bad trace first
+        raise ScenarioError(f"traffic.trace: {error}") from None
+
+
+def check_trace_span(scenario: Scenario, where: str = "") -> None:
+    """A speedup search's highest step must find trace enough: at k× the run to the
+    measured window's end replays k × (warm-up + window) seconds of trace, and a trace window
+    (file, `traffic.trace.end`, `max_requests`) that ends sooner leaves the window's last
+    seconds empty: a lower load than k×, which the search would read as k× carried. Checked
+    here, before any server starts, because the span is cheap to know (the trace read as far
+    as the highest step needs, as the step itself will) and a search whose top step cannot be
+    measured should not spend its steps reaching it. A step lengthened past it (an
+    INCONCLUSIVE step's window doubled) is judged from its own plan instead: the step is
+    INVALID, named `trace_too_short` (analysis/capacity.py `trace_shortfall`)."""
+    spec = scenario.capacity
+    if spec is None or spec.load != SPEEDUP_KEY:
+        return
+    traffic = scenario.traffic
+    window_end_s = traffic.warmup_s + traffic.duration_s
+    selection = _trace_selection(traffic, 1.0, spec.high * window_end_s)
+    times = [r.timestamp_s for r in selection.window_records]
+    span_s = times[-1] - times[0] if times else 0.0
+    short = trace_shortfall(span_s, selection.stopped, spec.high, window_end_s,
+                            traffic.duration_s)
+    if short is not None:
+        raise ScenarioError(f"{where}capacity.high = {spec.high:g}{spec.unit}: {short}")
+
+
+def _expected_requests(scenario: Scenario, spec: CapacitySpec, window_s: float) -> float:
+    """The requests the lowest step's longest window holds: low × window (rate), or the
+    trace's sends in that window at the low speedup (read from the trace)."""
+    if spec.load == RATE_KEY:
+        return spec.low * window_s
+    traffic = scenario.traffic
+    end_s = traffic.warmup_s + window_s
+    selection = _trace_selection(traffic, spec.low, end_s)
+    return sum(1 for send in selection.sends if traffic.warmup_s <= send.offset_s < end_s)
+
+
 def check_lowest_step(scenario: Scenario) -> None:
     """The lowest load's window must hold enough requests for every upper-bound percentile
     SLO to be able to PASS at the step confidence (else the search stops at its first step,
-    undecided, whatever the server does). Open loop only: a closed loop's rate is not known
-    before it runs."""
+    undecided, whatever the server does). Open loop (rate × window) and a trace's speedup
+    (the trace's sends in the window at the low speedup: the replay is a schedule, so its
+    count is known by reading the trace as far as the step would); not a closed loop, whose
+    rate is not known before it runs."""
     spec = scenario.capacity
-    if spec is None or spec.load != RATE_KEY:
+    if spec is None or spec.load == USERS_KEY:
         return
     window_s = scenario.traffic.duration_s * 2 ** spec.lengthen  # its longest run
-    expected = spec.low * window_s
+    expected = _expected_requests(scenario, spec, window_s)
     for rule in scenario.slo.rules():
         if rule.percentile is None or rule.comparator not in ("<", "<=") or rule.part:
             continue
         needed = samples_to_pass(rule.percentile, spec.step_confidence)
         if expected < needed:
             raise ScenarioError(
-                f"capacity.low = {spec.low:g} req/s: its window holds about {expected:.0f} "
-                f"requests (traffic.duration {scenario.traffic.duration_s:g} s x "
+                f"capacity.low = {spec.low:g} {spec.unit}: its window holds about "
+                f"{expected:.0f} requests (traffic.duration {scenario.traffic.duration_s:g} s x "
                 f"{2 ** spec.lengthen} with lengthening), and {rule.label} can PASS at "
                 f"capacity.step_confidence {spec.step_confidence:g} only from {needed} or more: "
-                f"raise capacity.low or traffic.duration (low x duration >= "
-                f"{math.ceil(needed / 2 ** spec.lengthen)} requests)")
+                + ("raise capacity.low or traffic.duration (low x duration >= "
+                   f"{math.ceil(needed / 2 ** spec.lengthen)} requests)" if spec.load == RATE_KEY
+                   else "raise capacity.low or traffic.duration, or replay a busier part of "
+                   "the trace"))
 
 
 def _check(scenario: Scenario, runs_root: Path) -> dict[str, Scenario]:
     if scenario.capacity is None:
         raise ScenarioError(f"scenario {scenario.name!r} has no capacity: section (the load "
                             "to search, its range and tolerance; docs/capacity.md)")
-    check_lowest_step(scenario)
     if scenario.trials.max > 1:
         raise ScenarioError("capacity: repeat the whole search with capacity.trials (each on "
                             "a fresh server), not trials:")
-    check_before_run(scenario, runs_root)
+    check_before_run(scenario, runs_root)  # a trace that does not read is named here first
+    check_lowest_step(scenario)
     arms = resolve_variants(scenario)
+    for name, arm in arms.items():
+        check_trace_span(arm.model_copy(update={"capacity": scenario.capacity}),
+                         f"variants.{name}: " if name else "")
     validate_server_args([(f"variants.{name}: " if name else "", arm.server)
                           for name, arm in arms.items()], platform_of(scenario.server))
     return arms

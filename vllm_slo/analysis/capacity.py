@@ -17,8 +17,9 @@ import numpy as np
 from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.server_metrics import build_server_series
 from vllm_slo.analysis.summary import RunSummaryDocument
+from vllm_slo.analysis.trace_fidelity import TraceFidelity
 from vllm_slo.analysis.verdicts import evaluate_slos
-from vllm_slo.scenarios.capacity_spec import RATE_KEY, CapacitySpec
+from vllm_slo.scenarios.capacity_spec import RATE_KEY, SPEEDUP_KEY, USERS_KEY, CapacitySpec
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.serialise import json_field
 from vllm_slo.stats.capacity_search import (
@@ -43,6 +44,8 @@ LATENCY_GROWTH_RATIO = 1.5
 LATENCY_GROWTH_FLOOR_S = 0.05
 WAITING_GROWTH_RATIO = 1.5
 WAITING_GROWTH_FLOOR = 4.0  # requests
+TRACE_SHORT_NAME = "trace_too_short"
+TRACE_COVERED = "the run's"  # trace_replay.Selection.stopped when the trace outlasted the run
 
 
 def search_range(spec: CapacitySpec, floor: float | None = None) -> SearchRange:
@@ -123,7 +126,8 @@ class CapacityStep:
     load: float  # asked
     attempt: int  # 0: the load's first run; k: its window 2**k times the scenario's
     window_s: float
-    achieved: float | None  # sent req/s (rate) or mean requests in flight (users)
+    achieved: float | None  # sent req/s (rate), mean requests in flight (users), or the
+    # speedup sent (speedup: the load × sent ÷ scheduled requests in the measured window)
     outcome: str  # under | over | near | invalid
     slos: tuple[StepSlo, ...]
     stability: Stability
@@ -190,6 +194,51 @@ def step_verdicts(document: RunSummaryDocument, series: RunSeries, confidence: f
     return {result.rule.label: result.verdict for result in results}
 
 
+def trace_shortfall(span_s: float, stopped: str, speedup: float, window_end_s: float,
+                    window_s: float) -> str | None:
+    """Why a trace replay at `speedup` measures less than that load, or None: the trace's
+    window (its file, `traffic.trace.end`, `max_requests`) holds `span_s` seconds of trace
+    (from its first record read; reading `stopped` as `trace_replay.Selection` says), which
+    at k× last `span_s / k` run seconds; the run needs them to the measured window's end
+    (`window_end_s`, warm-up included). Sends ending more than max(1 s, 5% of the window)
+    before it, as the replay's own short-replay warning counts, leave the window's last
+    seconds empty: a lower load than the step asks for (named `trace_too_short`)."""
+    if stopped.startswith(TRACE_COVERED):
+        return None
+    covered_s = span_s / speedup
+    empty_s = window_end_s - covered_s
+    if empty_s <= max(1.0, 0.05 * window_s):
+        return None
+    return (f"{TRACE_SHORT_NAME}: at {speedup:g}× trace the run to the measured window's end "
+            f"({window_end_s:g} s) replays {speedup * window_end_s:g} s of trace, and the "
+            f"trace's window holds {span_s:g} s (reading stopped at {stopped}): its last "
+            f"{empty_s:.1f} s send nothing, less load than {speedup:g}× (lower capacity.high "
+            f"to at most about {span_s / window_end_s:.3g}×, shorten traffic.warmup or "
+            "traffic.duration, or widen the trace's window)")
+
+
+def trace_step(load: float, trace: TraceFidelity | None, plan: Mapping[str, Any] | None,
+               warmup_s: float, window_s: float) -> tuple[float | None, str | None]:
+    """A trace step's achieved speedup and its shortfall. Achieved: the load × the requests
+    sent in the measured window ÷ those the replay scheduled there (summary.json
+    `traffic.trace` rows; below the load when the client fell behind the trace's times, None
+    without the rows). Shortfall: `trace_shortfall` from the plan's facts (provenance
+    `plan.trace`: `stopped_at` and the trace's own `span_s`)."""
+    achieved = None
+    if trace is not None:
+        row = next((r for r in trace.rows if r.statistic == "requests"), None)
+        if row is not None and row.trace and row.sent is not None:
+            achieved = load * row.sent / row.trace
+    facts = (plan or {}).get("trace")
+    short = None
+    if isinstance(facts, Mapping) and isinstance(facts.get("trace"), Mapping):
+        span = facts["trace"].get("span_s")
+        if isinstance(span, int | float):
+            short = trace_shortfall(float(span), str(facts.get("stopped_at", "")), load,
+                                    warmup_s + window_s, window_s)
+    return achieved, short
+
+
 def capacity_step(document: RunSummaryDocument, stable: Stability,
                   server_records: Sequence[dict[str, Any]], *, trial: int, load: float,
                   attempt: int, load_key: str, run_dir: str,
@@ -205,12 +254,19 @@ def capacity_step(document: RunSummaryDocument, stable: Stability,
                             ci_low=entry.observed.ci_low, ci_high=entry.observed.ci_high,
                             threshold=float(rule.threshold),
                             upper_bound=rule.comparator in ("<", "<=")))
+    invalid_reasons = tuple(document.invalid_reasons)
     if load_key == RATE_KEY:
         achieved = document.traffic.sent_per_s
-    else:
+    elif load_key == USERS_KEY:
         health = document.client_health
         achieved = (health.concurrency.in_flight.mean
                     if health is not None and health.concurrency is not None else None)
+    else:
+        assert load_key == SPEEDUP_KEY, load_key
+        warmup = document.scenario.get("traffic", {}).get("warmup", 0.0)
+        achieved, short = trace_step(load, document.traffic.trace, document.traffic.plan,
+                                     float(warmup), document.window_s)
+        invalid_reasons += (short,) if short else ()
     server = build_server_series(list(server_records), 0.0)
     ttft = document.metrics["ttft"].percentiles
     e2e = document.metrics["e2e"].percentiles
@@ -226,7 +282,7 @@ def capacity_step(document: RunSummaryDocument, stable: Stability,
         e2e_s={key: e2e[key].value for key in ("p50", "p90", "p99") if key in e2e},
         kv_cache_usage_mean=_mean(server.kv_cache_usage if server else None),
         waiting_mean=_mean(server.waiting if server else None),
-        exit_code=document.exit_code, invalid_reasons=document.invalid_reasons,
+        exit_code=document.exit_code, invalid_reasons=invalid_reasons,
         run_dir=run_dir)
     return dataclasses.replace(step, outcome=step.reading().outcome.value)
 

@@ -1,9 +1,11 @@
 """`capacity:` — `vllm-slo capacity`'s search: the load it varies (the open loop's request rate,
-or the closed loop's users), the range it searches, the resolution it stops at, its time
-budget and an optional requirement a release gate holds the result to (docs/capacity.md).
+the closed loop's users, or a replayed trace's speedup), the range it searches, the resolution
+it stops at, its time budget and an optional requirement a release gate holds the result to
+(docs/capacity.md).
 
     capacity:
-      load: traffic.arrival.rate     # or traffic.arrival.users (closed loop)
+      load: traffic.arrival.rate     # or traffic.arrival.users (closed loop), or
+                                     # traffic.trace.speedup (profile: trace)
       low: 1                         # req/s (or users) known to be carried
       high: 32                       # a load known to be too much
       tolerance: 5%                  # stop once high/low - 1 of the bracket is at most this
@@ -26,9 +28,17 @@ from vllm_slo.scenarios.model_base import MAX_RATE, Frozen, Seconds
 DEFAULT_STEP_CONFIDENCE = 0.99
 RATE_KEY = "traffic.arrival.rate"
 USERS_KEY = "traffic.arrival.users"
-LOAD_UNITS = {RATE_KEY: "req/s", USERS_KEY: "users"}
+SPEEDUP_KEY = "traffic.trace.speedup"
+SPEEDUP_UNIT = "× trace"
+LOAD_UNITS = {RATE_KEY: "req/s", USERS_KEY: "users", SPEEDUP_KEY: SPEEDUP_UNIT}
 MAX_USERS = 100_000
-_REQUIREMENT = re.compile(r"^\s*>=?\s*(\d+(?:\.\d*)?|\.\d+)\s*(req/s|users)?\s*$")
+_REQUIREMENT = re.compile(
+    r"^\s*>=?\s*(\d+(?:\.\d*)?|\.\d+)\s*(req/s|users|[x×](?:\s*trace)?)?\s*$")
+
+
+def _unit_of(written: str) -> str:
+    """A requirement's unit as the spec names it: `x`, `×`, `x trace` are the speedup's."""
+    return SPEEDUP_UNIT if written[0] in "x×" else written
 
 
 def _fraction(value: object) -> object:
@@ -46,12 +56,13 @@ class CapacitySpec(Frozen):
     """The highest load carried within every SLO: a search over one load key, one server for
     all its steps (each step its own warm-up and window, the prefix cache reset before it)."""
 
-    load: Literal["traffic.arrival.rate", "traffic.arrival.users"] = Field(
+    load: Literal["traffic.arrival.rate", "traffic.arrival.users",
+                  "traffic.trace.speedup"] = Field(
         "traffic.arrival.rate",
-        description="the load the search varies: the open loop's rate (req/s) or the closed "
-                    "loop's users")
-    low: float = Field(gt=0, le=MAX_RATE, description="the lowest load searched (req/s or "
-                                                     "users): the first step")
+        description="the load the search varies: the open loop's rate (req/s), the closed "
+                    "loop's users, or a replayed trace's speedup (× trace; profile: trace)")
+    low: float = Field(gt=0, le=MAX_RATE, description="the lowest load searched (req/s, "
+                                                     "users or × trace): the first step")
     high: float = Field(gt=0, le=MAX_RATE, description="the highest load searched: the "
                                                       "second step")
     tolerance: Annotated[float, BeforeValidator(_fraction)] = Field(
@@ -61,8 +72,9 @@ class CapacitySpec(Frozen):
         None, alias="budget", gt=0, description="wall time: no step starts that would end "
                                                 "past it (estimated from the steps so far)")
     require: str | None = Field(
-        None, description="`>= 10 req/s` (or `>= 16 users`): the capacity a gate asks for; "
-                          "exit 1 when the capacity's interval lies below it")
+        None, description="`>= 10 req/s` (or `>= 16 users`, or `>= 2x` / `>= 2× trace` for "
+                          "a trace's speedup): the capacity a gate asks for; exit 1 when the "
+                          "capacity's interval lies below it")
     lengthen: int = Field(1, ge=0, le=4, description="times an INCONCLUSIVE step is run "
                                                      "again with its window doubled")
     trials: int = Field(1, ge=1, le=20, description="the whole search repeated, each on a "
@@ -108,7 +120,8 @@ class CapacitySpec(Frozen):
             if match is None:
                 raise ValueError(f"capacity.require = {self.require!r}: expected '>= N "
                                  f"{self.unit}', e.g. '>= 10 {self.unit}'")
-            if match.group(2) is not None and match.group(2) != self.unit:
+            written = match.group(2)
+            if written is not None and _unit_of(written) != self.unit:
                 raise ValueError(f"capacity.require = {self.require!r}: the search varies "
-                                 f"{self.load}, counted in {self.unit}, not {match.group(2)}")
+                                 f"{self.load}, counted in {self.unit}, not {written}")
         return self

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from vllm_slo.scenarios.capacity_spec import RATE_KEY, CapacitySpec
+from vllm_slo.scenarios.capacity_spec import RATE_KEY, SPEEDUP_KEY, USERS_KEY, CapacitySpec
 from vllm_slo.scenarios.experiment_spec import (
     MAX_SEQUENTIAL_TRIALS,
     VARIANT_KEYS,
@@ -64,12 +64,21 @@ class Scenario(Frozen):
         if capacity is None:
             return self
         arrival = self.traffic.arrival
+        if capacity.load == SPEEDUP_KEY and self.traffic.profile != "trace":
+            raise ValueError(f"capacity.load = {capacity.load}: a trace replay's speedup, but "
+                             f"traffic.profile is {self.traffic.profile!r} (use profile: trace "
+                             "with arrival kind: trace, or capacity.load: traffic.arrival.rate "
+                             "/ traffic.arrival.users)")
+        if capacity.load in (RATE_KEY, USERS_KEY) and self.traffic.profile == "trace":
+            raise ValueError(f"capacity.load = {capacity.load}: a trace replay sends at the "
+                             "trace's times, with no rate or users to vary (use capacity.load: "
+                             f"{SPEEDUP_KEY}, the load in multiples of the trace's speed)")
         if capacity.load == RATE_KEY and arrival.kind not in OPEN_LOOP_KINDS:
             raise ValueError(f"capacity.load = {capacity.load}: an open-loop rate, but "
                              f"traffic.arrival.kind is {arrival.kind!r} (use one of "
                              f"{', '.join(OPEN_LOOP_KINDS)}, or capacity.load: "
                              "traffic.arrival.users for a closed loop)")
-        if capacity.load != RATE_KEY and arrival.kind != "closed":
+        if capacity.load == USERS_KEY and arrival.kind != "closed":
             raise ValueError(f"capacity.load = {capacity.load}: closed-loop users, but "
                              f"traffic.arrival.kind is {arrival.kind!r} (use closed)")
         if self.side_by_side is not None:
