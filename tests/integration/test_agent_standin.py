@@ -144,3 +144,4 @@ def test_sub_agents_run_concurrently_and_the_join_waits_for_them(tmp_path: Path)
     # up to 3 requests in flight per user; the users busy while their sub-agents run
     assert concurrency["in_flight"]["max"] > 2, concurrency
     assert concurrency["busy_share"] > 0.8, concurrency
+    assert "sub-agents in flight besides users" in result.output

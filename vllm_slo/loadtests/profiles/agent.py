@@ -5,6 +5,9 @@ system prompt and the task; turn k > 0 is turn k-1's messages plus turn k-1's an
 seeded stand-in of `output_tokens` tokens) plus a tool result of its own size (tokens by the
 plan's tokenizer, exact). So turn k's messages hold exactly `answer + tool result` tokens more
 than turn k-1's, and every run and arm sends the same bytes (the plan's sha256 says so).
+With `fan_out`, the join turn (`at_turn + 1`) adds the spawning answer and one result per
+sub-agent instead (`sub_agents`); the sub-agents' requests stand in the plan between the
+parent's turn `at_turn` and the join, each marked with its `branch`.
 
 What the users add at send time (pure functions here, used by vllm_slo/loadtests/users.py):
 - the wait before turn k > 0, the tool's latency, from the session's own generator

@@ -186,7 +186,8 @@ def stream_line(summary: RunSummaryDocument) -> str | None:
 def client_line(summary: RunSummaryDocument) -> str | None:
     """`client: busy 99.9% of 8 users (7.26 in flight, min 0) · re-send gap p50/p99 1.2/3.9ms ·
     loop lag p99 2.9ms (max 29.2ms) · CPU p50 4% · 1.02 events/read`: the load generator's
-    health (docs/measurement.md); None when the document has none."""
+    health (docs/measurement.md); None when the document has none. More requests in flight
+    than users (an agent's sub-agents, docs/traffic-agent.md) add the maximum."""
     health = summary.client_health
     if health is None:
         return None
@@ -194,6 +195,9 @@ def client_line(summary: RunSummaryDocument) -> str | None:
     concurrency = health.concurrency
     if concurrency is not None:
         held = f"{concurrency.in_flight.mean:.2f} in flight, min {concurrency.in_flight.min}"
+        users = concurrency.target_users
+        if users and concurrency.in_flight.max > users:  # an agent's sub-agents run at once
+            held += f", max {concurrency.in_flight.max}: sub-agents in flight besides users"
         if concurrency.busy_share is not None:
             parts.append(f"busy {concurrency.busy_share:.1%} of {concurrency.target_users} users "
                          f"({held})")

@@ -6,7 +6,9 @@ prompt and a user message); each later turn's context is the previous turn's con
 turn's answer (a fixed seeded stand-in of `output_tokens` tokens, as chat's answers are, so
 every run and arm sends the same bytes) plus a tool result of `tool_result_tokens` tokens. The
 user waits the tool's latency between turns (drawn per turn from `tool_latency`) and the
-think time between sessions; closed-loop users are the concurrent sessions.
+think time between sessions; closed-loop users are the concurrent sessions. With `fan_out`,
+one parent turn's answer spawns parallel sub-agents (each a chain of its own turns), joined at
+the parent's next turn (`FanOut`; docs/traffic-agent.md).
 
 `session_e2e` (registered below) is an SLO key and a cell like `ttft`: one value per complete
 session that started in the measured window, from its first turn's intended send to its last
