@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from vllm_slo.analysis.capacity import TRACE_SHORT_NAME, trace_shortfall, trace_step
+from vllm_slo.analysis.capacity import (
+    TRACE_SHORT_NAME,
+    Stability,
+    capacity_step,
+    trace_shortfall,
+    trace_step,
+)
+from vllm_slo.analysis.summary import RunSummaryDocument
 from vllm_slo.analysis.trace_fidelity import FidelityRow, TraceFidelity
 from vllm_slo.capacity_runner import _step_name, check_lowest_step, check_trace_span, step_scenario
 from vllm_slo.scenarios.capacity_spec import SPEEDUP_KEY, SPEEDUP_UNIT, CapacitySpec
@@ -135,3 +144,29 @@ def test_a_lowest_speedup_with_too_few_requests_is_refused(tmp_path: Path) -> No
                                             r"40 requests .* only from 51 or more"):
         check_lowest_step(trace_scenario(path, 'slo.ttft=["p90 < 1s"]'))
     check_lowest_step(trace_scenario(path, 'slo.ttft=["p90 < 1s"]', "capacity.low=2"))  # 80
+
+
+def _document(plan: dict[str, object], fidelity: TraceFidelity) -> RunSummaryDocument:
+    """The parts of a step's summary document `capacity_step` reads (no SLO entries)."""
+    interval = SimpleNamespace(value=1.0, ci_low=0.9, ci_high=1.1)
+    document = SimpleNamespace(
+        slos=(), scenario={"name": "t", "traffic": {"warmup": 5.0}}, window_s=20.0,
+        traffic=SimpleNamespace(sent_per_s=8.0, trace=fidelity, plan=plan),
+        metrics={"ttft": SimpleNamespace(percentiles={}), "e2e": SimpleNamespace(percentiles={})},
+        goodput=interval, output_tokens_per_s=interval, exit_code=0, invalid_reasons=())
+    return cast(RunSummaryDocument, document)
+
+
+def test_a_step_that_ran_out_of_trace_is_recorded_invalid() -> None:
+    stable = Stability(stable=True, ttft_quarter_medians_s=None, waiting_quarter_means=None,
+                       reason=None)
+    short = capacity_step(_document(_plan(60.0, "end of file"), _fidelity(30, 29)), stable, [],
+                          trial=1, load=4.0, attempt=1, load_key=SPEEDUP_KEY, run_dir="s")
+    assert short.outcome == "invalid" and short.achieved == pytest.approx(4.0 * 29 / 30)
+    assert len(short.invalid_reasons) == 1
+    assert short.invalid_reasons[0].startswith(TRACE_SHORT_NAME)
+    assert short.reading().invalid_reason == short.invalid_reasons[0]
+    whole = capacity_step(_document(_plan(200.0, "the run's traffic time (27 s)"),
+                                    _fidelity(30, 30)), stable, [], trial=1, load=4.0,
+                          attempt=1, load_key=SPEEDUP_KEY, run_dir="s")
+    assert whole.outcome == "under" and whole.invalid_reasons == ()
