@@ -27,6 +27,7 @@ from vllm_slo.capacity_runner import (
     CapacitySearch,
     Printer,
     check_lowest_step,
+    check_trace_span,
 )
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.capacity_report import (
@@ -58,6 +59,7 @@ def check_race(scenario: Scenario) -> None:
         raise ScenarioError(f"scenario {scenario.name!r}: a tune's candidates are its grid; "
                             "variants: cannot be raced as well")
     check_lowest_step(scenario)
+    check_trace_span(scenario)  # every candidate replays the same trace
     if scenario.tune.trials is not None or scenario.trials.max > 1:
         raise ScenarioError(f"scenario {scenario.name!r}: a capacity race repeats each "
                             "candidate's search with capacity.trials (each on a fresh "
