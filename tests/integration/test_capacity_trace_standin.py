@@ -1,9 +1,12 @@
 """`vllm-slo capacity` over a replayed trace (`capacity.load: traffic.trace.speedup`) against
 the stand-in of known capacity: a trace written here sends 8 req/s at exactly even gaps, the
 stand-in serves 4 at a time, each 0.05 s + 29 x 0.01 s = 0.34 s, so it carries 11.8 req/s: at
-1x (8 req/s) no request waits (ttft p90 50 ms, UNDER); at 2x (16 req/s) its queue grows by
-about 4 requests a second (OVER, unstable). The search brackets the capacity in [1, 2] x trace
-in its two steps (tolerance 100%), and each step achieved the speedup it asked for."""
+1x (8 req/s) no request waits (ttft p50 50 ms, UNDER); at 2x (16 req/s) its queue grows by
+about 4 requests a second (OVER, unstable). The SLO is a median: at 1x the window's 80
+requests, autocorrelated on a busy box, can leave fewer effective samples than a p90 needs to
+PASS at the step confidence (seen: ~38 of 80, a p90 needing 51). The search brackets the
+capacity in [1, 2] x trace in its two steps (tolerance 100%), and each step achieved the
+speedup it asked for."""
 
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ def test_a_speedup_search_brackets_the_standins_capacity(tmp_path: Path) -> None
             "capacity", "scenario=trace-replay", f"server.url={url}",
             f"traffic.trace.path={trace}", f"traffic.trace.block_tokens={BLOCK}",
             "traffic.prefix_cache=keep", "traffic.warmup=2s", "traffic.duration=10s",
-            "slo={ttft: [\"p90 < 500ms\"]}", *HEALTH_BOUNDS_OFF,
+            "traffic.arrival.max_in_flight=256",  # the 2x backlog (~55) never waits for a slot
+            "slo={ttft: [\"p50 < 500ms\"]}", *HEALTH_BOUNDS_OFF,
             "capacity={load: traffic.trace.speedup, low: 1, high: 2, tolerance: 100%, "
             "lengthen: 0, require: \">= 1x\", budget: 3m}"], tmp_path / "runs", timeout_s=240)
     assert result.returncode == 0, result.output
@@ -49,7 +53,7 @@ def test_a_speedup_search_brackets_the_standins_capacity(tmp_path: Path) -> None
     assert data["load"] == "traffic.trace.speedup" and data["unit"] == "× trace"
     assert data["status"] == "bracketed", data["reason"]
     assert data["capacity"]["interval"] == [1, 2], data["capacity"]
-    assert data["limiting_slo"] == "ttft p90 < 500ms"
+    assert data["limiting_slo"] == "ttft p50 < 500ms"
     steps = {step["load"]: step for step in data["steps"]}
     assert sorted(steps) == [1, 2], steps.keys()
     assert steps[1]["outcome"] == "under" and steps[2]["outcome"] == "over", data["steps"]
