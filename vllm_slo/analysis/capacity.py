@@ -44,6 +44,9 @@ LATENCY_GROWTH_RATIO = 1.5
 LATENCY_GROWTH_FLOOR_S = 0.05
 WAITING_GROWTH_RATIO = 1.5
 WAITING_GROWTH_FLOOR = 4.0  # requests
+# an open loop's arrivals that waited for one of the client's in-flight slots: past this share
+# of the measured requests, the queue outgrew `traffic.arrival.max_in_flight`
+QUEUED_FOR_SLOT_SHARE, QUEUED_FOR_SLOT_FLOOR = 0.01, 2
 TRACE_SHORT_NAME = "trace_too_short"
 TRACE_COVERED = "the run's"  # trace_replay.Selection.stopped when the trace outlasted the run
 
@@ -74,7 +77,11 @@ def stability(series: RunSeries, server_records: Sequence[dict[str, Any]]) -> St
     """A queue that grows through the window means the load is above capacity whatever the
     window's percentiles say: TTFT (which holds the queueing) rising quarter after quarter by
     half again and 50 ms, or vLLM's waiting requests rising quarter after quarter by half
-    again and 4 requests."""
+    again and 4 requests, or (open loop) more than 1% of the measured arrivals waiting for one
+    of the client's in-flight slots. The last is the queue the server cannot show: once
+    `max_in_flight` requests are out, vLLM's waiting count holds at the cap and the queue grows
+    in the client (seen: the stand-in at 3x its capacity, waiting 146 -> 244 -> 248 -> 247.75
+    per quarter, and no TTFT median for a quarter whose requests got no first token)."""
     start = series.window_start_unix_s
     if start is None:
         return Stability(stable=True, ttft_quarter_medians_s=None, waiting_quarter_means=None,
@@ -95,6 +102,11 @@ def stability(series: RunSeries, server_records: Sequence[dict[str, Any]]) -> St
         assert waiting_levels is not None
         reasons.append(f"vLLM's waiting requests rose through the window, "
                        f"{waiting_levels[0]:.1f} to {waiting_levels[-1]:.1f}")
+    queued = series.queued_for_slot
+    if queued > max(QUEUED_FOR_SLOT_FLOOR, QUEUED_FOR_SLOT_SHARE * series.requests):
+        reasons.append(f"{queued} of {series.requests} measured arrivals waited for one of "
+                       f"the client's in-flight slots (traffic.arrival.max_in_flight): the "
+                       f"queue outgrew the cap")
     return Stability(stable=not reasons, ttft_quarter_medians_s=_levels(latency),
                      waiting_quarter_means=_levels(waiting_levels),
                      reason="; ".join(reasons) or None)
