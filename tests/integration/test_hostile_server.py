@@ -113,9 +113,12 @@ def test_closed_loop_users_honour_retry_after(tmp_path: Path, fault: str, header
                           "traffic.warmup=0s", "traffic.arrival={kind: closed, users: 4, "
                           "spawn_rate: 4, think_time: 0s}", "slo={error_rate: \"< 90%\"}"],
                          tmp_path)
-    # a honoured wait is no client limit (exit 0); without waits the instant 503/429 answers
-    # make the client's ~0.5 ms between requests a few % of the users' time (can be exit 4)
-    assert result.returncode in ((0,) if waits else (0, 4)), result.output
+    # 25 ms requests back to back: the client's own ~0.5 ms between requests is a few % of the
+    # users' time, and a loaded host's 100 ms stalls more (CI: busy 97.9%, exit 4 with waits)
+    assert result.returncode in (0, 4), result.output
+    if waits:  # a honoured 1 s wait after 30% of the requests is busy time, not idle: counted
+        busy = result.json("summary.json")["client_health"]["concurrency"]["busy_share"]
+        assert busy > 0.9, busy  # idle, it would leave the users busy well under half the time
     table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()
     gaps = _gaps_after_http_errors(table)
     assert len(gaps) >= 4, Counter(table["status"])
