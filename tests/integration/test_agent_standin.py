@@ -7,6 +7,7 @@ stand-in's record and the join follows them."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -145,3 +146,29 @@ def test_sub_agents_run_concurrently_and_the_join_waits_for_them(tmp_path: Path)
     assert concurrency["in_flight"]["max"] > 2, concurrency
     assert concurrency["busy_share"] > 0.8, concurrency
     assert "sub-agents in flight besides users" in result.output
+
+
+def test_a_capacity_search_counts_concurrent_sessions(tmp_path: Path) -> None:
+    """`vllm-slo capacity` over closed-loop users of agent sessions: the load is concurrent
+    sessions, judged on `session_e2e`. The stand-in serves 2 requests at a time
+    (`--max-num-seqs 2`); a session is 3 turns of ~0.09 s with 0.4 s tools, so a session
+    holds a slot ~27% of its ~1.07 s and 2 slots carry ~7 sessions before the queue builds:
+    2 sessions (~9 in the window each) are under `session_e2e p50 < 1.5s`, 24 are over (each
+    turn waits behind ~20)."""
+    env = {**cli_env(), "FAKE_VLLM_TTFT": "0.05", "FAKE_VLLM_ITL": "0.01"}
+    base = [arg for arg in RUN[1:-1] if not arg.startswith("traffic.warmup=")]
+    result = run_cli(["capacity", *base, "server.args.max-num-seqs=2", "traffic.warmup=1s",
+                      'slo={session_e2e: ["p50 < 1.5s"]}',
+                      "capacity={load: traffic.arrival.users, low: 2, high: 24, "
+                      "tolerance: 100%, lengthen: 0, budget: 3m}"],
+                     tmp_path / "runs", env=env, timeout_s=400)
+    assert result.run_dir is not None, result.output
+    assert result.returncode in (0, 3), result.output
+    data = json.loads((result.run_dir / "capacity.json").read_text())
+    assert data["unit"] == "users" and data["limiting_slo"] == "session_e2e p50 < 1.5s"
+    outcomes = {step["load"]: step["outcome"] for step in data["steps"]}
+    assert outcomes[2] == "under" and outcomes[24] == "over", outcomes
+    low, high = data["capacity"]["interval"]
+    assert 2 <= low < high <= 24, data["capacity"]
+    if result.returncode == 0:  # bracketed: the crossing lies between the slot-bound ends
+        assert low <= 12 and high >= 3, data["capacity"]
