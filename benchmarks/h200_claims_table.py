@@ -3,7 +3,9 @@
     python benchmarks/h200_claims_table.py [results/h200/claims.sources.json]
 
 A tune folder (tune.json) is a claim too: the recommendation's gain over the scenario's own
-args (vLLM's defaults in h200-tune), as the tune states it (`tune_row`).
+args (vLLM's defaults in h200-tune), as the tune states it (`tune_row`); so is a capacity
+folder of two variants (`variants/<name>/capacity.json`): the second's capacity over the
+first's, as `vllm-slo capacity` states it (`capacity_row`).
 
 The sources file lists the claims: the guide's statement, the experiment folder (its
 scenario.yaml and trials/*/summary.json, committed; no raw samples), the model and its
@@ -23,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from vllm_slo.analysis.capacity_comparison import capacity_ratio
 from vllm_slo.analysis.comparison import format_ratio, reachability_warning
 from vllm_slo.analysis.experiment_design import sequential_design
 from vllm_slo.analysis.quantised_cells import (
@@ -32,11 +35,13 @@ from vllm_slo.analysis.quantised_cells import (
     pair_bias_log,
 )
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
+from vllm_slo.reports.capacity_report import capacity_documents
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.slo import part_column
+from vllm_slo.stats.capacity_search import SearchStatus
 from vllm_slo.stats.sequential import decide_cells
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,6 +182,57 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
+def capacity_side(document: Any) -> dict[str, Any]:
+    """One variant's search as the row keeps it: its capacity, interval, status, limiting SLO
+    and each step's load asked and outcome."""
+    estimate = document.capacity
+    return {"variant": document.variant, "unit": document.unit, "value": estimate.value,
+            "interval": [estimate.low, estimate.high], "confidence": estimate.confidence,
+            "status": str(document.status.value), "limiting_slo": document.limiting_slo,
+            "steps": [[step.load, step.outcome] for step in document.steps]}
+
+
+def capacity_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A capacity folder of two variants: the second's capacity over the first's with the
+    interval `capacity_comparison.capacity_ratio` gives (each search's interval at its
+    confidence, joined by a union bound) and its decision (higher / lower / equivalent within
+    10% / undecided). With `claimed_ratio` in the source the row says where the ratio's
+    interval stands against the claim (`versus_claim`)."""
+    documents = capacity_documents(folder)
+    if len(documents) != 2:
+        raise SystemExit(f"{folder}: a capacity claim compares two variants "
+                         f"(the folder has {len(documents)})")
+    (base_name, base), (cand_name, cand) = documents.items()
+    ratio = capacity_ratio(base.capacity, cand.capacity)
+    claimed = source.get("claimed_ratio")
+    sides = [capacity_side(base), capacity_side(cand)]
+    searches = [len(doc.trials) for doc in (base, cand)]
+    return {
+        "claim": source["claim"], "statement": source["statement"],
+        "scenario": base.scenario_name, "folder": source["folder"], "model": source["model"],
+        "model_parameters": source["model_parameters"], "vllm_version": source["vllm_version"],
+        "compared": f"{cand_name} vs {base_name}", "trials_per_arm": min(searches),
+        "design": {"test": "capacity search per variant (a bracket of step verdicts); ratio "
+                           "interval [candidate low / baseline high, candidate high / baseline "
+                           "low] by a union bound",
+                   "tolerance": base.tolerance,
+                   "step_confidence": base.scenario["capacity"].get("step_confidence"),
+                   "interrupted": any(doc.status is SearchStatus.RUNNING
+                                      for doc in (base, cand))},
+        "gpu_minutes": source["gpu_minutes"],
+        "cells": [{"cell": f"capacity ({base.unit})", "verdict": ratio.change.value,
+                   "ratio": ratio.value, "ratio_ci": [ratio.low, ratio.high],
+                   "ratio_confidence": ratio.confidence, "searches": sides,
+                   "valid_trials": searches, "claimed_ratio": claimed,
+                   "versus_claim": versus_claim(claimed, None if ratio.value is None else {
+                       "ci_low": ratio.low, "ci_high": ratio.high}),
+                   "warnings": [f"{side['variant']}: {doc.reason}" for side, doc
+                                in zip(sides, (base, cand), strict=True)
+                                if doc.status is not SearchStatus.BRACKETED]}],
+        "command": source["command"],
+    }
+
+
 #: what the suite's experiments compared with before `compare.test` existed (until 2026-12-03)
 RANK_TEST = "mann-whitney"
 #: an experiment warning about one test's reach (`comparison.reachability_warning`)
@@ -216,6 +272,8 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     folder = root / source["folder"]
     if (folder / TUNE_SUMMARY_FILE).is_file():
         return tune_row(source, folder)
+    if (folder / "variants").is_dir() and capacity_documents(folder):
+        return capacity_row(source, folder)
     scenario = read_scenario(folder)
     stopping = read_stopping(folder)
     design = sequential_design(scenario)

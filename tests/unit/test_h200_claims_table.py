@@ -140,3 +140,27 @@ def test_each_cells_p_is_held_to_its_own_level() -> None:
         assert cell["p_is_holm_adjusted"] is False
         if cell.get("verdict_without_box", cell["verdict"]) == "changed":
             assert cell["p"] < cell["level"]
+
+
+def test_a_capacity_folder_is_a_claim_of_its_second_variant_over_its_first(
+        tmp_path: Path) -> None:
+    """base brackets [9.5, 10.4] req/s, chunked [11.4, 12.48] (1.2× as much): the row's ratio
+    interval is [11.4 / 10.4, 12.48 / 9.5] at 90% (two 95% searches), "higher", and below a
+    claimed 2× (its upper end is 1.31)."""
+    from tests.unit.test_capacity_report import write_variants
+
+    write_variants(tmp_path / "cap")
+    source = {**_source(CHUNKED), "folder": "cap", "claimed_ratio": 2.0}
+    table = _table()
+    row = table.claim_row(source, tmp_path)
+    assert row["compared"] == "chunked vs base"
+    (cell,) = row["cells"]
+    assert cell["cell"] == "capacity (req/s)" and cell["verdict"] == "higher"
+    assert cell["ratio"] == pytest.approx(1.2)
+    assert cell["ratio_ci"] == pytest.approx([11.4 / 10.4, 12.48 / 9.5])
+    assert cell["ratio_confidence"] == pytest.approx(0.90)
+    assert cell["versus_claim"] == "below" and cell["warnings"] == []
+    intervals = [bound for side in cell["searches"] for bound in side["interval"]]
+    assert intervals == pytest.approx([9.5, 10.4, 11.4, 12.48])
+    line = table.markdown([row]).splitlines()[-1]
+    assert "capacity (req/s)" in line and "+20.0% [+9.6%, +31.4%] (90.0%)" in line, line
