@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_comparison import capacity_ratio
 from vllm_slo.analysis.comparison import format_ratio, reachability_warning
 from vllm_slo.analysis.experiment_design import sequential_design
@@ -35,7 +36,7 @@ from vllm_slo.analysis.quantised_cells import (
     pair_bias_log,
 )
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
-from vllm_slo.reports.capacity_report import capacity_documents
+from vllm_slo.reports.capacity_report import VARIANTS_DIR, capacity_documents
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
 from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
@@ -182,23 +183,23 @@ def tune_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
-def capacity_side(document: Any) -> dict[str, Any]:
+def capacity_side(document: CapacityDocument) -> dict[str, Any]:
     """One variant's search as the row keeps it: its capacity, interval, status, limiting SLO
     and each step's load asked and outcome."""
     estimate = document.capacity
     return {"variant": document.variant, "unit": document.unit, "value": estimate.value,
             "interval": [estimate.low, estimate.high], "confidence": estimate.confidence,
-            "status": str(document.status.value), "limiting_slo": document.limiting_slo,
+            "status": document.status.value, "limiting_slo": document.limiting_slo,
             "steps": [[step.load, step.outcome] for step in document.steps]}
 
 
-def capacity_row(source: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """A capacity folder of two variants: the second's capacity over the first's with the
-    interval `capacity_comparison.capacity_ratio` gives (each search's interval at its
-    confidence, joined by a union bound) and its decision (higher / lower / equivalent within
-    10% / undecided). With `claimed_ratio` in the source the row says where the ratio's
-    interval stands against the claim (`versus_claim`)."""
-    documents = capacity_documents(folder)
+def capacity_row(source: dict[str, Any], folder: Path,
+                 documents: dict[str, CapacityDocument]) -> dict[str, Any]:
+    """A capacity folder's two variants' searches (`documents`, in the scenario's order): the
+    second's capacity over the first's with the interval `capacity_comparison.capacity_ratio`
+    gives (each search's interval at its confidence, joined by a union bound) and its decision
+    (higher / lower / equivalent within 10% / undecided). With `claimed_ratio` in the source
+    the row says where the ratio's interval stands against the claim (`versus_claim`)."""
     if len(documents) != 2:
         raise SystemExit(f"{folder}: a capacity claim compares two variants "
                          f"(the folder has {len(documents)})")
@@ -272,8 +273,10 @@ def claim_row(source: dict[str, Any], root: Path) -> dict[str, Any]:
     folder = root / source["folder"]
     if (folder / TUNE_SUMMARY_FILE).is_file():
         return tune_row(source, folder)
-    if (folder / "variants").is_dir() and capacity_documents(folder):
-        return capacity_row(source, folder)
+    if (folder / VARIANTS_DIR).is_dir():
+        documents = capacity_documents(folder)  # none: an experiment's variants, not searches
+        if documents:
+            return capacity_row(source, folder, documents)
     scenario = read_scenario(folder)
     stopping = read_stopping(folder)
     design = sequential_design(scenario)
