@@ -204,10 +204,10 @@ def capacity_row(source: dict[str, Any], folder: Path,
         raise SystemExit(f"{folder}: a capacity claim compares two variants "
                          f"(the folder has {len(documents)})")
     (base_name, base), (cand_name, cand) = documents.items()
+    pair = (base, cand)
     ratio = capacity_ratio(base.capacity, cand.capacity)
     claimed = source.get("claimed_ratio")
-    sides = [capacity_side(base), capacity_side(cand)]
-    searches = [len(doc.trials) for doc in (base, cand)]
+    searches = [len(doc.trials) for doc in pair]
     return {
         "claim": source["claim"], "statement": source["statement"],
         "scenario": base.scenario_name, "folder": source["folder"], "model": source["model"],
@@ -218,17 +218,16 @@ def capacity_row(source: dict[str, Any], folder: Path,
                            "low] by a union bound",
                    "tolerance": base.tolerance,
                    "step_confidence": base.scenario["capacity"].get("step_confidence"),
-                   "interrupted": any(doc.status is SearchStatus.RUNNING
-                                      for doc in (base, cand))},
+                   "interrupted": any(doc.status is SearchStatus.RUNNING for doc in pair)},
         "gpu_minutes": source["gpu_minutes"],
         "cells": [{"cell": f"capacity ({base.unit})", "verdict": ratio.change.value,
                    "ratio": ratio.value, "ratio_ci": [ratio.low, ratio.high],
-                   "ratio_confidence": ratio.confidence, "searches": sides,
+                   "ratio_confidence": ratio.confidence,
+                   "searches": [capacity_side(doc) for doc in pair],
                    "valid_trials": searches, "claimed_ratio": claimed,
                    "versus_claim": versus_claim(claimed, None if ratio.value is None else {
                        "ci_low": ratio.low, "ci_high": ratio.high}),
-                   "warnings": [f"{side['variant']}: {doc.reason}" for side, doc
-                                in zip(sides, (base, cand), strict=True)
+                   "warnings": [f"{doc.variant}: {doc.reason}" for doc in pair
                                 if doc.status is not SearchStatus.BRACKETED]}],
         "command": source["command"],
     }

@@ -14,7 +14,7 @@
              `vllm bench serve` results (--save-result --save-detailed) as a run folder or
              an experiment
     vllm-slo scenarios                                      list shipped scenarios
-    vllm-slo worker --master HOST:PORT --token T            a Locust worker for a run with
+    vllm-slo worker --master HOST:PORT --token=T            a Locust worker for a run with
              traffic.remote_workers (it prints this command); exit 3: the master refused it
 
 Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error (also: a malformed

@@ -30,12 +30,9 @@ from vllm_slo.loadtests.lora_split import unserved_names
 from vllm_slo.loadtests.openai_stream import PATHS, request_body
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
 from vllm_slo.loadtests.profiles import PROFILES
+from vllm_slo.loadtests.profiles.sharegpt import sharegpt_path
 from vllm_slo.loadtests.profiles.trace import check_trace
-from vllm_slo.loadtests.prompts import (
-    DEFAULT_SHAREGPT_PATH,
-    flatten_for_completions,
-    load_sharegpt,
-)
+from vllm_slo.loadtests.prompts import flatten_for_completions, load_sharegpt
 from vllm_slo.loadtests.remote_rows import TOKEN_ENV
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
 from vllm_slo.redaction import (
@@ -123,9 +120,7 @@ def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
             raise ScenarioError(f"{where}traffic.tokenizer = {traffic.tokenizer!r}: "
                                 f"{error}") from None
     if traffic.profile == "sharegpt":
-        spec = traffic.settings(ShareGptSpec)
-        path = (Path(spec.path).expanduser() if spec.path
-                else DEFAULT_SHAREGPT_PATH)
+        path = sharegpt_path(traffic.settings(ShareGptSpec))
         try:
             entries = load_sharegpt(path)
         except ValueError as error:
@@ -137,7 +132,7 @@ def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
                 f"({len(entries)} malformed; the first: {reasons[0]})")
     if traffic.profile == "trace":
         try:
-            check_trace(traffic)
+            check_trace(traffic, planned_request_count(traffic))
         except ValueError as error:
             raise ScenarioError(f"{where}traffic.trace: {error}") from None
     rate = traffic.arrival.peak_rate()
@@ -195,16 +190,18 @@ def _token_counter(traffic: TrafficSpec, model_path: str | None, base_url: str,
 
 def planned_request_count(traffic: TrafficSpec) -> int:
     """How many requests the plan needs: the schedule's length (open loop), or a generous
-    bound for closed loop (users × time / max(think time, 50 ms)); closed loops cycle the plan
-    if they outrun it, and the report counts reused prompts."""
+    bound for closed loop (users × the requests a user has in flight at once, an agent's
+    sub-agents, × time / max(think time, 50 ms)); closed loops cycle the plan if they outrun
+    it, and the report counts reused prompts."""
     if traffic.arrival.kind == "trace":  # the trace's records in the run's time decide
         return MAX_OPEN_LOOP_PLAN
     if traffic.arrival.open_loop:
         return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
     users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
         stage.users or 0 for stage in traffic.arrival.stages)
-    fastest_request_s = PROFILES[traffic.profile].fastest_request_s
-    per_user = traffic.total_s / max(traffic.arrival.think_time_s, fastest_request_s)
+    profile = PROFILES[traffic.profile]
+    per_user = (profile.streams_per_user(traffic) * traffic.total_s
+                / max(traffic.arrival.think_time_s, profile.fastest_request_s))
     return int(min(MAX_CLOSED_LOOP_PLAN, max(64, users * per_user)))
 
 
@@ -535,7 +532,7 @@ def _traffic_phase(trial: _Trial, served: _Served,
     if traffic.remote_workers:  # issued per run (or the operator's, from the environment:
         # workers started ahead, e.g. a Kubernetes Secret), printed, never written to the folder
         given = os.environ.get(TOKEN_ENV, "")
-        run_token = given or secrets.token_urlsafe(18)
+        run_token = given or secrets.token_hex(16)  # never begins with `-`
         host = traffic.master_bind if traffic.master_bind not in ("0.0.0.0", "::", "*") \
             else "<this host>"
         say(f"waiting for {traffic.remote_workers} remote Locust worker(s) (up to "

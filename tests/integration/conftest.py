@@ -138,11 +138,14 @@ requires_vllm = pytest.mark.skipif(
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test that needs vLLM (`requires_vllm`) is marked `vllm` here, in one place: `tox
-    -e ci` runs the others three at a time (`-m "not vllm and not timing"`, pytest-xdist) and
-    these (with the `timing` tests) one at a time, each vLLM server on cores of its own."""
+    """Every test that needs vLLM (`requires_vllm`) and sends it traffic is marked `vllm` here,
+    in one place: `tox -e ci` runs the others several at a time (`-m "not vllm and not
+    timing"`, pytest-xdist) and these (with the `timing` tests) one at a time, each vLLM server
+    on cores of its own. A `vllm_no_traffic` test (vLLM's parser, a start that fails or is
+    stopped) sends vLLM no request, so it runs with the others."""
     for item in items:
-        if requires_vllm.mark in item.iter_markers("skipif"):
+        if (requires_vllm.mark in item.iter_markers("skipif")
+                and item.get_closest_marker("vllm_no_traffic") is None):
             item.add_marker(pytest.mark.vllm)
 
 
@@ -150,3 +153,18 @@ def processes_in_group(pgid: int) -> list[str]:
     listing = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,args="], capture_output=True,
                              text=True).stdout
     return [line for line in listing.splitlines() if line.split()[1:2] == [str(pgid)]]
+
+
+def checked_capacity_folder(folder: Path) -> dict:
+    """A capacity search's folder, checked: capacity.json valid against its schema, each step a
+    run folder, the report, junit.xml and summary.md written. Returns capacity.json."""
+    import jsonschema
+
+    schema = json.loads((REPO / "reports" / "schema" / "capacity.schema.json").read_text())
+    data = json.loads((folder / "capacity.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(data)
+    for step in data["steps"]:  # each step is a run folder with its own report
+        assert (folder / step["run_dir"] / "summary.json").is_file(), step["run_dir"]
+    assert "capacity" in (folder / "report.html").read_text().lower()
+    assert (folder / "junit.xml").is_file() and (folder / "summary.md").is_file()
+    return data

@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
-from tests.integration.conftest import HEALTH_BOUNDS_OFF, REPO, run_cli, standin_server
+from tests.integration.conftest import (
+    HEALTH_BOUNDS_OFF,
+    checked_capacity_folder,
+    run_cli,
+    standin_server,
+)
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = json.loads((REPO / "reports" / "schema" / "capacity.schema.json").read_text())
 TRACE_RATE_PER_S = 8
 BLOCK = 32
 
@@ -48,8 +51,7 @@ def test_a_speedup_search_brackets_the_standins_capacity(tmp_path: Path) -> None
             "lengthen: 0, require: \">= 1x\", budget: 3m}"], tmp_path / "runs", timeout_s=240)
     assert result.returncode == 0, result.output
     assert result.run_dir is not None
-    data = json.loads((result.run_dir / "capacity.json").read_text())
-    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    data = checked_capacity_folder(result.run_dir)
     assert data["load"] == "traffic.trace.speedup" and data["unit"] == "× trace"
     assert data["status"] == "bracketed", data["reason"]
     assert data["capacity"]["interval"] == [1, 2], data["capacity"]

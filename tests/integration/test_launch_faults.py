@@ -49,7 +49,9 @@ def left_behind(output: str) -> list[str]:
 
 
 def test_a_launched_server_that_dies_mid_run(tmp_path: Path) -> None:
-    result = run_with("exit_after:6", tmp_path, "traffic.duration=20s", "traffic.warmup=1s")
+    # dies after 40 requests (~7 s of 4 users): counted, not timed, so a slow client start
+    # cannot leave the window empty (at `exit_after` 6 s, a loaded CI box had measured none)
+    result = run_with("exit_after:40", tmp_path, "traffic.duration=30s", "traffic.warmup=1s")
     assert result.returncode == 4, result.output
     assert "server died during the run" in result.output
     table = pq.read_table(result.run_dir / "samples.parquet").to_pydict()

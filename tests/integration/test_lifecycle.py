@@ -57,6 +57,7 @@ def test_ctrl_c_mid_run_stops_everything_and_keeps_the_rows(tmp_path: Path) -> N
     assert (run_dir / "report.html").is_file()
 
 
+@pytest.mark.vllm_no_traffic
 def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
     with running_cli(["run", "scenario=chat"], tmp_path) as cli:
         def engine_started() -> bool:
@@ -80,6 +81,7 @@ def test_sigterm_during_server_start_leaves_no_orphans(tmp_path: Path) -> None:
     assert (run_dir / "summary.json").is_file()
 
 
+@pytest.mark.vllm_no_traffic
 def test_vllm_rejecting_an_engine_arg_is_a_usage_error(tmp_path: Path) -> None:
     # --swap-space was removed in vLLM's V1 engine: its parser rejects it, now before the
     # launch (vllm_slo/servers/vllm_args.py); an engine refusing at start-up is

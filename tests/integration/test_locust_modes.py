@@ -249,6 +249,9 @@ def test_chunk_stamps_follow_the_standins_writes(tmp_path: Path) -> None:
     assert np.percentile(delays, 90) < 10.0, summary
 
 
+# timing: a sub-second start, which a loaded box cannot keep: beside three other tests in the
+# parallel step, two --processes workers sent 0.76 s after a gate they had been up for
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [1, 2])
 def test_traffic_waits_for_the_agreed_start(fast_standin: str, tmp_path: Path,
                                            workers: int) -> None:
@@ -266,15 +269,17 @@ def test_traffic_waits_for_the_agreed_start(fast_standin: str, tmp_path: Path,
         "traffic.arrival={kind: closed, users: 4, spawn_rate: 100, think_time: 0s}"])
     gate: list[float] = []
 
-    def start_in_6_s() -> float:
-        gate.append(time.time() + 6.0)  # Locust's start-up (~3 s here) ends before it
+    def start_in_8_s() -> float:
+        # Locust's start-up ends before it: ~3 s on a quiet 2-core box
+        gate.append(time.time() + 8.0)
         return gate[0]
 
     exit_code, _ = run_trial(scenario, tmp_path / "run", lambda line: None,
-                             before_traffic=start_in_6_s)
+                             before_traffic=start_in_8_s)
     sends = pq.read_table(tmp_path / "run" / "samples.parquet",
                           columns=["send_unix_s"]).column("send_unix_s").to_pylist()
     assert int(exit_code) == 0
+    print(f"first send {min(sends) - gate[0]:.3f} s after the gate")
     assert gate[0] <= min(sends) < gate[0] + 0.5, (min(sends) - gate[0])
     assert max(sends) > gate[0] + 4.0  # warm-up + measured window counted from the gate
     assert "after the agreed traffic start" not in (

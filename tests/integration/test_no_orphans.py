@@ -32,6 +32,7 @@ from tests.integration.conftest import (
     requires_vllm,
     wait_for,
 )
+from vllm_slo.run_folder.samples_format import read_stream_tolerant
 from vllm_slo.transport.processes import ORPHAN_GRACE_S
 
 pytestmark = pytest.mark.integration
@@ -114,10 +115,18 @@ def marked_cli(arguments: list[str], runs_dir: Path, mark: str) -> Iterator[subp
 
 
 def rows_on_disk(runs_dir: Path, files: int) -> bool:
+    """At least `files` Locust processes' streams hold a measured row (one sent after the
+    warm-up): a kill then cuts a run with measurements, whatever the host's load. Bytes on disk
+    were not enough: a loaded CI run's first batches held warm-up rows only, and the cut run
+    had none measured."""
     run_dir = only_run_dir(runs_dir)
-    return run_dir is not None and len(
-        [p for p in (run_dir / "samples").glob("samples-*.arrows") if p.stat().st_size > 1000]
-    ) >= files
+    if run_dir is None:
+        return False
+    measured = 0
+    for path in (run_dir / "samples").glob("samples-*.arrows"):
+        phases = read_stream_tolerant(path).column("phase").to_pylist()
+        measured += "measure" in phases
+    return measured >= files
 
 
 def server_port(run_dir: Path) -> int:

@@ -149,11 +149,11 @@ def remote_run(tmp_path: Path, workers: int, arrival: str, *, duration: str = "5
                 time.sleep(3)  # connected (and held) before the suite's worker
             tokens = [stray_token] if stray_token is not None else []
             if ahead_token is None:
-                tokens += [command[command.index("--token") + 1]] * workers
+                tokens += [_token_of(command)] * workers
             for index, token in enumerate(tokens):
                 env, where = _worker_env(tmp_path, index, master_dir)
                 argv = [sys.executable, "-m", "vllm_slo.cli", *command[1:]]
-                argv[argv.index("--token") + 1] = token
+                argv[-1] = f"--token={token}"
                 logs.append(tmp_path / f"worker-{index}.log")
                 with open(logs[-1], "w") as log:
                     started.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
@@ -217,6 +217,12 @@ def assert_every_row_once(run: RemoteRun, workers: int) -> None:
     assert all(w["finished"] for w in per_worker)
 
 
+def _token_of(command: list[str]) -> str:
+    """The token in the printed worker command's last word, `--token=T`."""
+    assert command[-1].startswith("--token="), command
+    return command[-1].removeprefix("--token=")
+
+
 def assert_no_trace_of_workers(run: RemoteRun, tmp_path: Path) -> None:
     # the hook watched each worker's wrapper and the Locust it became
     # (argv as a `-m` module sees it while the site hook loads: ['-m', arguments...])
@@ -225,7 +231,7 @@ def assert_no_trace_of_workers(run: RemoteRun, tmp_path: Path) -> None:
     assert run.opened == []  # no worker opened or listed anything of the master's folder
     for index in range(len(run.workers)):  # and left nothing behind where it ran
         assert list((tmp_path / f"worker-{index}" / "cwd").iterdir()) == []
-    printed = re.search(r"--token (\S+)", run.output)
+    printed = re.search(r"--token=(\S+)", run.output)
     assert printed is not None
     token = os.environ.get("VLLM_SLO_RUN_TOKEN_USED") or printed.group(1)
     for path in run.run_dir.rglob("*"):  # the token is never written to the run folder
@@ -317,7 +323,7 @@ def test_workers_started_ahead_with_the_operators_token(tmp_path: Path,
     monkeypatch.setenv("VLLM_SLO_RUN_TOKEN_USED", token)
     run = remote_run(tmp_path, 2, CLOSED, ahead_token=token)
     assert run.returncode == 0, run.output + "\n".join(run.worker_output)
-    assert '--token "$VLLM_SLO_RUN_TOKEN"' in run.output  # the secret itself is not printed
+    assert '--token="$VLLM_SLO_RUN_TOKEN"' in run.output  # the secret itself is not printed
     assert token not in run.output
     assert_every_row_once(run, 2)
     assert_no_trace_of_workers(run, tmp_path)

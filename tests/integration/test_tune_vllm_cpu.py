@@ -134,6 +134,7 @@ def test_report_rerenders_the_tune_from_its_folder(tune) -> None:
     assert (run_dir / "tune.html").is_file() and "tune report:" in again.output
 
 
+@pytest.mark.vllm_no_traffic
 def test_a_misspelt_grid_flag_is_refused_before_anything_starts(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     result = run_cli(["tune", "scenario=tune-cpu", "tune.grid={max-num-sqs: [2, 8]}"], runs,

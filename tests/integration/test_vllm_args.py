@@ -18,7 +18,7 @@ from vllm_slo.scenarios.server_configs import (
 )
 from vllm_slo.servers.vllm_args import check_serve_args
 
-pytestmark = [pytest.mark.integration, requires_vllm]
+pytestmark = [pytest.mark.integration, requires_vllm, pytest.mark.vllm_no_traffic]
 
 
 def test_an_unknown_flag_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ exactly as it launches `vllm serve`.
 
     python tests/support/fake_vllm.py serve MODEL --served-model-name NAME --port PORT [...]
 
-FAKE_VLLM_MODE in the environment picks the behaviour: `exit_after:S` (serve, then exit with
-code 1 after S seconds: the server dying mid-run), `never_ready` (print start-up lines, never
+FAKE_VLLM_MODE in the environment picks the behaviour: `exit_after:N` (serve, then exit with
+code 1 once N requests have finished, as the stand-in's /metrics counts them: the server dying
+mid-run, however long the client took to start), `never_ready` (print start-up lines, never
 listen), `port_taken` (fail the way vLLM does when its port is in use). FAKE_VLLM_TTFT and
 FAKE_VLLM_ITL (seconds; default 0.05 and 0.01) set the stand-in's timings, so that variants
 differ by `server.env`. `--max-num-seqs N` becomes the stand-in's `--max-concurrency N` (its
@@ -19,6 +20,16 @@ import os
 import subprocess
 import sys
 import time
+
+from vllm_slo.servers.metrics_scrape import scrape
+
+
+def _requests_finished(port: str) -> float:
+    """`vllm:request_success_total` summed over its labels, as the suite's own scraper parses
+    /metrics; 0 while nothing answers."""
+    values = scrape(f"http://127.0.0.1:{port}", timeout_s=2.0) or {}
+    return sum(value for key, value in values.items()
+               if key.startswith("vllm:request_success_total"))
 
 
 def main(argv: list[str]) -> int:
@@ -40,7 +51,9 @@ def main(argv: list[str]) -> int:
                                 "--ttft", os.environ.get("FAKE_VLLM_TTFT", "0.05"),
                                 "--itl", os.environ.get("FAKE_VLLM_ITL", "0.01"), *slots])
     if mode.startswith("exit_after:"):
-        time.sleep(float(mode.split(":", 1)[1]))
+        finished = int(mode.split(":", 1)[1])
+        while _requests_finished(port) < finished and standin.poll() is None:
+            time.sleep(0.2)
         standin.kill()
         standin.wait()
         print("ERROR fake vLLM: engine core died", flush=True)

@@ -121,6 +121,18 @@ def test_bad_fan_out_settings_are_refused(fan_out: dict, turns: int, message: st
     assert "traffic.agent" in str(raised.value)
 
 
+def test_a_closed_loop_plan_has_room_for_every_sub_agent_at_once() -> None:
+    """A user runs its sub-agents at once, a request each in flight: the closed loop's plan
+    bound (users x time / the fastest request) grows by the branches, so a fast server does
+    not run the plan out and cycle its prompts."""
+    from vllm_slo.runner import planned_request_count
+
+    chain = _traffic()
+    assert chain.total_s == 30  # warm-up included: 2 users x 30 s / 50 ms = 1,200 requests
+    assert planned_request_count(chain) == 1200
+    assert planned_request_count(_traffic(fan_out=FAN_OUT)) == 3 * 1200
+
+
 def test_the_join_calls_one_tool_per_sub_agent(tiny_counter) -> None:
     plan = build_plan(_traffic(fan_out=FAN_OUT), tiny_counter, 4096, PER_SESSION)
     last = plan.requests[-1]  # parent turn 4: results of turns 1 (3 sub-agents), 3 and 4

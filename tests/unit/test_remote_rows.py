@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_slo import cli
 from vllm_slo.loadtests.locust_launcher import parse_master_address, worker_argv
 from vllm_slo.loadtests.plan import build_plan, read_plan, write_plan
 from vllm_slo.loadtests.remote_rows import (
@@ -154,5 +155,14 @@ def test_worker_command_round_trips_through_the_address_parser() -> None:
     traffic = TrafficSpec.model_validate({"profile": "chat", "remote_workers": 2,
                                           "master_port": 6000})
     argv = worker_argv(traffic, "::1", "tok")
-    assert argv == ["vllm-slo", "worker", "--master", "[::1]:6000", "--token", "tok"]
+    assert argv == ["vllm-slo", "worker", "--master", "[::1]:6000", "--token=tok"]
     assert parse_master_address(argv[3]) == ("::1", 6000)
+
+
+def test_a_token_that_begins_with_a_dash_reaches_the_worker_as_its_value() -> None:
+    # secrets.token_urlsafe begins with `-` one time in 64: `--token -x` was a usage error
+    traffic = TrafficSpec.model_validate({"profile": "chat", "remote_workers": 1})
+    argv = worker_argv(traffic, "127.0.0.1", "-BlONcDPr2RJP67")
+    options = cli._parser().parse_args(argv[1:])
+    assert options.token == "-BlONcDPr2RJP67"
+    assert options.master == f"127.0.0.1:{traffic.master_port}"

@@ -196,6 +196,41 @@ def test_inconsistent_limits_are_rejected(tiny_counter) -> None:
         build_plan(sharegpt(max_prompt_tokens=3), tiny_counter, 2048, 5)
 
 
+# ------------------------------------------------------------------------- one parse
+def test_the_check_and_every_plan_parse_the_file_once(tiny_counter, tmp_path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before the server starts and each trial's plan take one parse of the file;
+    a file changed in between is parsed again."""
+    from vllm_slo.loadtests import prompts
+    from vllm_slo.runner import check_traffic_inputs
+
+    parses: list[int] = []
+    real_load = json.load
+
+    def counted(handle, **kwargs):
+        parses.append(1)
+        return real_load(handle, **kwargs)
+
+    monkeypatch.setattr(prompts.json, "load", counted)
+    prompts._parsed_sharegpt.cache_clear()
+    entry = {"conversations": [turn("human", "What is the capital of France, and why?"),
+                               turn("gpt", "Paris, where the court settled long ago.")]}
+    path = write(tmp_path / "data.json", [entry])
+    traffic = sharegpt(path, min_prompt_tokens=1, min_output_tokens=1)
+    check_traffic_inputs(traffic)
+    first = build_plan(traffic, tiny_counter, 2048, 3)
+    second = build_plan(traffic, tiny_counter, 2048, 3)
+    assert len(parses) == 1
+    assert first.sha256 == second.sha256
+    other = {"conversations": [turn("human", "And the capital of Germany, please?"),
+                               turn("gpt", "Berlin, since the reunification of the country.")]}
+    write(path, [entry, other])
+    changed = build_plan(traffic, tiny_counter, 2048, 3)
+    assert len(parses) == 2
+    assert {r.messages[-1]["content"] for r in changed.requests} == {
+        "What is the capital of France, and why?", "And the capital of Germany, please?"}
+
+
 # ------------------------------------------------------------------------- shipped sample
 def test_shipped_sample_is_the_generators_output() -> None:
     shipped = DEFAULT_SHAREGPT_PATH.read_bytes()

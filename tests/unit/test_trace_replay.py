@@ -403,6 +403,38 @@ def test_a_bad_trace_is_a_usage_error_before_any_server_starts(tmp_path: Path) -
         check_traffic_inputs(empty)
 
 
+def test_the_check_and_the_plan_read_the_trace_once(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before the server starts and the plan after it replay the same part of the
+    file: the plan takes the check's reading; a file changed in between is read again."""
+    from vllm_slo.loadtests.profiles import trace as trace_profile
+    from vllm_slo.runner import check_traffic_inputs, planned_request_count
+
+    reads: list[str] = []
+
+    def counted(path, fmt):
+        reads.append(str(path))
+        return read_trace(path, fmt)
+
+    monkeypatch.setattr(trace_profile, "read_trace", counted)
+    trace_profile._read_replay.cache_clear()
+    path = mooncake(tmp_path / "m.jsonl", ROWS)
+    traffic = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                          "trace": {"path": str(path)}})
+    check_traffic_inputs(traffic)
+    plan = build_plan(traffic, WordCounter(), None, planned_request_count(traffic))
+    assert reads == [str(path)]
+    assert [r.max_tokens for r in plan.requests] == [10, 12, 8]
+    mooncake(path, [*ROWS, {**ROWS[0], "timestamp": 2000, "output_length": 5}])
+    again = build_plan(traffic, WordCounter(), None, planned_request_count(traffic))
+    assert reads == [str(path)] * 2
+    assert [r.max_tokens for r in again.requests] == [10, 12, 8, 5]
+    other = TrafficSpec.model_validate({"profile": "trace", "arrival": {"kind": "trace"},
+                                        "trace": {"path": str(path), "speedup": 2}})
+    build_plan(other, WordCounter(), None, planned_request_count(other))
+    assert len(reads) == 3  # other settings: another replay
+
+
 def test_a_session_is_one_conversation_its_turns_in_order(tmp_path: Path) -> None:
     from vllm_slo.loadtests.profiles.trace import conversations
 

@@ -118,9 +118,10 @@ def locust_argv(run_dir: Path, base_url: str, traffic: TrafficSpec, workers: int
 def worker_argv(traffic: TrafficSpec, master_host: str, token: str) -> list[str]:
     """What to run on each host that lends a worker to a `remote_workers` run: one worker
     process that needs only the suite installed and the master's address (`--processes K` on
-    it would count as K of the expected workers)."""
+    it would count as K of the expected workers). `--token=T` as one word: a token that
+    begins with `-` is still the option's value."""
     return ["vllm-slo", "worker", "--master", f"{_bracketed(master_host)}:{traffic.master_port}",
-            "--token", token]
+            f"--token={token}"]
 
 
 def _bracketed(host: str) -> str:

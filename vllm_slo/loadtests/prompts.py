@@ -12,6 +12,7 @@ misses (`WordTexts.adjust`). Changing the vocabulary or the phrase pool changes 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from bisect import bisect_right
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
+from vllm_slo.loadtests.file_identity import file_identity
 from vllm_slo.loadtests.tokens import TokenCounter
 from vllm_slo.resources import user_folder
 
@@ -149,12 +151,21 @@ class ShareGptConversation:
     turns: tuple[tuple[str, str], ...]
 
 
-def load_sharegpt(path: str | Path) -> list[ShareGptConversation | str]:
+def load_sharegpt(path: str | Path) -> tuple[ShareGptConversation | str, ...]:
     """Read a ShareGPT-format JSON file: a list of {"id", "conversations": [{"from", "value"}]}.
 
     Returns one item per entry: the conversation, or a string saying why the entry is malformed.
-    A file that cannot be read or is not such a list raises ValueError naming the file."""
+    A file that cannot be read or is not such a list raises ValueError naming the file. The
+    last file read is kept (by `file_identity`): the check before the server starts, the plan
+    after it and every trial's plan parse it once while it stays unchanged."""
     file = Path(path).expanduser()
+    return _parsed_sharegpt(file, file_identity(file))
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_sharegpt(file: Path, identity: tuple[int, ...]) -> tuple[ShareGptConversation | str,
+                                                                     ...]:
+    del identity  # a part of the key only
     try:
         with file.open("rb") as handle:
             data = json.load(handle)
@@ -170,7 +181,7 @@ def load_sharegpt(path: str | Path) -> list[ShareGptConversation | str]:
                          f"got a JSON {type(data).__name__}")
     if not data:
         raise ValueError(f"{file}: the ShareGPT file holds no conversations")
-    return [_parse_entry(entry) for entry in data]
+    return tuple(_parse_entry(entry) for entry in data)
 
 
 def _parse_entry(entry: object) -> ShareGptConversation | str:

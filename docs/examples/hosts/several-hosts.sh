@@ -11,4 +11,4 @@ pip install vllm_slo-*.whl
 vllm-slo run scenario=chat server.url=http://10.0.0.9:8000 traffic.remote_workers=2 traffic.master_bind=10.0.0.5 traffic.master_port=5557
 
 # 3. on each of the 2 worker hosts, the printed command (the token is the run's own)
-vllm-slo worker --master 10.0.0.5:5557 --token PRINTED-TOKEN
+vllm-slo worker --master 10.0.0.5:5557 --token=PRINTED-TOKEN

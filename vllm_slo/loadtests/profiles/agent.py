@@ -238,6 +238,12 @@ class AgentSession:
                 {"tools": list(TOOLS), "tool_choice": "none", **extra_body})
 
 
+def _streams_per_user(traffic: TrafficSpec) -> int:
+    """A session's sub-agents run at once, a request each in flight."""
+    fan_out = traffic.settings(AgentSpec).fan_out
+    return 1 if fan_out is None else fan_out.branches
+
+
 plan = conversation_plan(conversations, _turns)
 # a turn is a chat turn's work at least; the tool latency is waited on top
-PROFILE = Profile(NAME, plan, fastest_request_s=0.05)
+PROFILE = Profile(NAME, plan, fastest_request_s=0.05, streams_per_user=_streams_per_user)

@@ -32,12 +32,15 @@ class Profile:
     name: str  # as `traffic.profile` names it
     plan: PlanMaker
     # a lower bound on one request's latency on any hardware, to size closed-loop plans
-    # (users x time / max(think time, this)); a plan that runs out cycles and says so
+    # (users x streams_per_user x time / max(think time, this)); a plan that runs out cycles
+    # and says so
     fastest_request_s: float
     # a mix draws whole conversations from these profiles (None: not mixable), each with its
     # turns per conversation (to size the generator's batches)
     conversations: ConversationMaker | None = None
     turns: Callable[[TrafficSpec], int] = lambda traffic: 1
+    # the most requests one closed-loop user has in flight at once (an agent's sub-agents)
+    streams_per_user: Callable[[TrafficSpec], int] = lambda traffic: 1
 
 
 def conversation_plan(conversations: ConversationMaker,

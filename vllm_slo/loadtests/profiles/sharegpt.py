@@ -4,6 +4,7 @@ vLLM bench's filters (prompt and output lengths, their total)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_slo.loadtests.plan_fitting import (
@@ -25,13 +26,19 @@ FILTER_REASONS = ("malformed", "no_reply", "prompt_too_short", "prompt_too_long"
 _SHAREGPT_CHUNK = 256  # conversations counted per count_many call
 
 
+def sharegpt_path(spec: ShareGptSpec) -> Path:
+    """The file a ShareGPT run replays: `path`, or the shipped sample. The check before the
+    server starts and the plan name it alike, so the plan takes the check's parse."""
+    return Path(spec.path).expanduser() if spec.path else DEFAULT_SHAREGPT_PATH
+
+
 def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: int | None,
          policy: str, n_requests: int, tally: Tally) -> list[Candidate]:
     """Entries in a seeded shuffled order, counted a chunk at a time (a real ShareGPT file is
     only tokenized as far as the plan needs); a second pass, reshuffled, reuses the first
     pass's requests."""
     spec = traffic.settings(ShareGptSpec)
-    path = Path(spec.path).expanduser() if spec.path else DEFAULT_SHAREGPT_PATH
+    path = sharegpt_path(spec)
     if spec.max_prompt_tokens < spec.min_prompt_tokens:
         raise ValueError(f"max_prompt_tokens {spec.max_prompt_tokens} is below "
                          f"min_prompt_tokens {spec.min_prompt_tokens}")
@@ -79,7 +86,7 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     return out
 
 
-def _sharegpt_first_pass(chunk: list[int], entries: list[ShareGptConversation | str],
+def _sharegpt_first_pass(chunk: list[int], entries: Sequence[ShareGptConversation | str],
                          first_id: int, spec: ShareGptSpec, counter: TokenCounter,
                          max_model_len: int | None, policy: str, n_requests: int,
                          accepted: dict[int, list[Candidate]], out: list[Candidate],

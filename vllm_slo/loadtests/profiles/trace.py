@@ -8,8 +8,10 @@ vLLM counted (`vllm_slo/analysis/trace_fidelity.py`)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+from vllm_slo.loadtests.file_identity import file_identity
 from vllm_slo.loadtests.plan_fitting import Candidate, Message, Tally
 from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.prompts import WordTexts
@@ -36,16 +38,35 @@ def trace_path(spec: TraceSpec) -> Path:
     return Path(spec.path).expanduser() if spec.path else DEFAULT_TRACE_PATH
 
 
-def check_trace(traffic: TrafficSpec) -> None:
-    """Read the part of the trace the run replays, before any server starts: a bad line (the
-    readers' TraceFormatError), block ids the input cannot fill, or a window with nothing to
-    send raise ValueError saying where."""
+def replay(traffic: TrafficSpec, max_sends: int) -> Selection:
+    """What the run replays of its trace (`select_sends` over the file, read as far as the
+    run needs). The last replay is kept, by the file's identity (`file_identity`) and the
+    settings: the check before the server starts and the plan after it ask for the same one,
+    and the second reads no file unless the file changed in between."""
     spec = traffic.settings(TraceSpec)
     path = trace_path(spec)
-    selection = select_sends(
-        read_trace(path, spec.format), start_s=spec.start_s, end_s=spec.end_s,
-        speedup=spec.speedup, rate_scale=spec.rate_scale, max_requests=spec.max_requests,
-        total_s=traffic.total_s)
+    return _read_replay(str(path), file_identity(path), spec.format, spec.start_s, spec.end_s,
+                        spec.speedup, spec.rate_scale, spec.max_requests, traffic.total_s,
+                        max_sends)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_replay(path: str, identity: tuple[int, ...], fmt: str, start_s: float,
+                 end_s: float | None, speedup: float, rate_scale: float,
+                 max_requests: int | None, total_s: float, max_sends: int) -> Selection:
+    del identity  # a part of the key only
+    return select_sends(read_trace(path, fmt), start_s=start_s, end_s=end_s, speedup=speedup,
+                        rate_scale=rate_scale, max_requests=max_requests, total_s=total_s,
+                        max_sends=max_sends)
+
+
+def check_trace(traffic: TrafficSpec, max_sends: int) -> None:
+    """Read the part of the trace the run replays (its plan's `max_sends` requests at most),
+    before any server starts: a bad line (the readers' TraceFormatError), block ids the input
+    cannot fill, or a window with nothing to send raise ValueError saying where."""
+    spec = traffic.settings(TraceSpec)
+    path = trace_path(spec)
+    selection = replay(traffic, max_sends)
     for send in selection.sends:
         check_blocks(send, spec.block_tokens, str(path))
     if not selection.sends:
@@ -64,10 +85,7 @@ def plan(traffic: TrafficSpec, seed: int, counter: TokenCounter, max_model_len: 
     """The replay's requests in send order, each with its send time (`arrival_s`)."""
     spec = traffic.settings(TraceSpec)
     path = trace_path(spec)
-    selection = select_sends(
-        read_trace(path, spec.format), start_s=spec.start_s, end_s=spec.end_s,
-        speedup=spec.speedup, rate_scale=spec.rate_scale, max_requests=spec.max_requests,
-        total_s=traffic.total_s, max_sends=n_requests)
+    selection = replay(traffic, n_requests)
     tally.filtered = dict(selection.filtered)
     if not selection.sends:
         raise ValueError(_nothing_to_send(path, spec, traffic, selection.records_read))

@@ -13,9 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import plotly.graph_objects as go
 import yaml
-from plotly.subplots import make_subplots
 
 from vllm_slo.analysis.capacity import CapacityDocument, CapacityStep, Interval, StepSlo
 from vllm_slo.analysis.capacity_comparison import CapacityChange, CapacityRatio
@@ -23,8 +21,18 @@ from vllm_slo.analysis.capacity_race import RaceResult
 from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.capacity_report import VARIANTS_DIR
 from vllm_slo.reports.render.capacity_text import render_race_lines
-from vllm_slo.reports.render.figures import _LAYOUT, colour, figure_json, plot_text
+from vllm_slo.reports.render.figures import _LAYOUT, colour, plot_text
 from vllm_slo.reports.render.html import FigureView, render_template
+from vllm_slo.reports.render.plot_spec import (
+    Grid,
+    Spec,
+    figure,
+    scatter,
+    set_axis,
+    spec_json,
+    vline,
+    vrect,
+)
 from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import outcome
 from vllm_slo.run_folder.run_files import REPORT_FILE
@@ -300,54 +308,58 @@ def _error_bars(points: Sequence[tuple[float | None, float | None, float | None]
             "thickness": 1.5, "width": 4}
 
 
-def mark_capacity(figure: go.Figure, estimate: CapacityEstimate, unit: str,
-                  span: tuple[float, float]) -> None:
+def mark_capacity(traces: list[Spec], layout: Spec, grid: Grid, estimate: CapacityEstimate,
+                  unit: str, span: tuple[float, float]) -> None:
     """The capacity as a vertical line and its interval as a band in every panel; an open
     end is shaded to the axis's edge. Shapes have no legend entries: two legend-only traces
     name them."""
     low = span[0] if estimate.low is None else estimate.low
     high = span[1] if estimate.high is None else estimate.high
     share = f"{estimate.confidence:.0%}"
+    cells = [(row, col) for row in range(1, grid.rows + 1) for col in range(1, grid.cols + 1)]
+    shapes = layout.setdefault("shapes", [])
     if estimate.low is not None or estimate.high is not None:
-        figure.add_vrect(x0=low, x1=high, fillcolor=BAND_COLOUR, opacity=BAND_OPACITY,
-                         line_width=0, layer="below", row="all", col="all")
+        for row, col in cells:
+            band, _ = vrect(low, high, grid.x(row, col), grid.y(row, col), BAND_COLOUR,
+                            BAND_OPACITY)
+            shapes.append({**band, "layer": "below"})
         opens = [side for side, bound in (("below", estimate.low), ("above", estimate.high))
                  if bound is None]
         note = f"; open {' and '.join(opens)}: shaded to the edge" if opens else ""
-        figure.add_trace(go.Scatter(
-            x=[None], y=[None], mode="markers", hoverinfo="skip",
-            name=f"capacity interval {interval_text(estimate.low, estimate.high)} "
-                 f"({share}){note}",
-            marker={"symbol": "square", "size": 14, "color": BAND_COLOUR,
-                    "opacity": 0.4}))
+        traces.append({
+            "type": "scatter", "x": [None], "y": [None], "mode": "markers",
+            "hoverinfo": "skip",
+            "name": f"capacity interval {interval_text(estimate.low, estimate.high)} "
+                    f"({share}){note}",
+            "marker": {"symbol": "square", "size": 14, "color": BAND_COLOUR, "opacity": 0.4}})
     if estimate.value is not None:
-        figure.add_vline(x=estimate.value, line={"color": CAPACITY_COLOUR, "width": 2,
-                                                 "dash": "dash"}, row="all", col="all")
-        figure.add_trace(go.Scatter(
-            x=[None], y=[None], mode="lines", hoverinfo="skip",
-            name=f"capacity {estimate.value:.4g} {plot_text(unit)}",
-            line={"color": CAPACITY_COLOUR, "width": 2, "dash": "dash"}))
+        line = {"color": CAPACITY_COLOUR, "width": 2, "dash": "dash"}
+        shapes.extend(vline(estimate.value, grid.x(row, col), grid.y(row, col), line)
+                      for row, col in cells)
+        traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines",
+                       "hoverinfo": "skip", "name": f"capacity {estimate.value:.4g} "
+                                                    f"{plot_text(unit)}", "line": line})
 
 
-def _grid(titles: Sequence[str]) -> tuple[go.Figure, list[tuple[int, int]]]:
+def _grid(titles: Sequence[str]) -> tuple[Grid, list[tuple[int, int]]]:
     cols = 1 if len(titles) == 1 else 2
     rows = math.ceil(len(titles) / cols)
-    figure = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles),
-                           vertical_spacing=0.3 / rows if rows > 1 else 0.1,
-                           horizontal_spacing=0.1)
-    return figure, [(i // cols + 1, i % cols + 1) for i in range(len(titles))]
+    grid = Grid(rows=rows, cols=cols, titles=tuple(titles),
+                vertical_spacing=0.3 / rows if rows > 1 else 0.1, horizontal_spacing=0.1)
+    return grid, [(i // cols + 1, i % cols + 1) for i in range(len(titles))]
 
 
-def _finish(figure: go.Figure, title: str, document: CapacityDocument,
-            span: tuple[float, float], panels: int) -> str:
-    rows = math.ceil(panels / (1 if panels == 1 else 2))
-    figure.update_xaxes(title_text=f"load ({plot_text(document.unit)})", range=list(span))
-    mark_capacity(figure, document.capacity, document.unit, span)
-    figure.update_layout(title=title, **{**_LAYOUT, "height": 360 * rows + 170,
-                                         "margin": {**_LAYOUT["margin"], "t": 90},
-                                         "legend": {"orientation": "h", "y": -0.12,
-                                                    "yanchor": "top"}})
-    return figure_json(figure)
+def _finish(traces: list[Spec], layout: Spec, grid: Grid, title: str,
+            document: CapacityDocument, span: tuple[float, float]) -> str:
+    for row in range(1, grid.rows + 1):
+        for col in range(1, grid.cols + 1):
+            set_axis(layout, grid.x(row, col), title=f"load ({plot_text(document.unit)})",
+                     range=list(span))
+    mark_capacity(traces, layout, grid, document.capacity, document.unit, span)
+    layout.update(title={"text": title}, height=360 * grid.rows + 170,
+                  margin={**_LAYOUT["margin"], "t": 90},
+                  legend={"orientation": "h", "y": -0.12, "yanchor": "top"})
+    return spec_json(figure(traces, layout, grid))
 
 
 def _metric_axis(metric: str) -> tuple[float, str, str]:
@@ -381,7 +393,9 @@ def latency_figure(document: CapacityDocument) -> str | None:
     if not metrics:
         return None
     span = x_range(document)
-    figure, cells = _grid([_metric_axis(m)[2] for m in metrics])
+    grid, cells = _grid([_metric_axis(m)[2] for m in metrics])
+    traces: list[Spec] = []
+    layout: Spec = {}
     unit = document.unit
     names = slo_names(document.steps)
     for metric, (row, col) in zip(metrics, cells, strict=True):
@@ -392,12 +406,12 @@ def latency_figure(document: CapacityDocument) -> str | None:
                     values = [getattr(s, f"{metric}_s").get(key) for s in steps]
                     if all(v is None for v in values):
                         continue
-                    figure.add_trace(go.Scatter(
-                        x=[s.load for s in steps], y=[_scaled(v, scale) for v in values],
-                        mode="markers", name=f"{metric.upper()} {key}{suffix}",
+                    traces.append(scatter(
+                        [s.load for s in steps], [_scaled(v, scale) for v in values], grid,
+                        row, col, mode="markers", name=f"{metric.upper()} {key}{suffix}",
                         legendgroup=f"{metric}-{key}", text=[_hover(s, unit) for s in steps],
                         marker={"symbol": _symbol(trial), "size": 7, "opacity": 0.8,
-                                "color": PERCENTILE_COLOURS[key]}), row=row, col=col)
+                                "color": PERCENTILE_COLOURS[key]}))
         for number, name in enumerate(names):
             if slo_metric(name) != metric:
                 continue
@@ -408,9 +422,9 @@ def latency_figure(document: CapacityDocument) -> str | None:
                     (s, slo) for s in steps for slo in s.slos if slo.slo == name]
                 if not rows:
                     continue
-                figure.add_trace(go.Scatter(
-                    x=[s.load for s, _ in rows],
-                    y=[_scaled(slo.value, scale) for _, slo in rows],
+                traces.append(scatter(
+                    [s.load for s, _ in rows], [_scaled(slo.value, scale) for _, slo in rows],
+                    grid, row, col,
                     error_y=_error_bars([(slo.value, slo.ci_low, slo.ci_high)
                                          for _, slo in rows], scale),
                     mode="markers", name=f"{label}: statistic [{document.capacity.confidence:.0%}"
@@ -418,52 +432,52 @@ def latency_figure(document: CapacityDocument) -> str | None:
                     legendgroup=f"slo-{number}",
                     text=[f"{_hover(s, unit)} · {slo.verdict.value}" for s, slo in rows],
                     marker={"symbol": _symbol(trial), "size": 10, "color": line_colour,
-                            "line": {"width": 1, "color": "#ffffff"}}), row=row, col=col)
+                            "line": {"width": 1, "color": "#ffffff"}}))
             threshold = next((slo.threshold for s in document.steps for slo in s.slos
                               if slo.slo == name and math.isfinite(slo.threshold)), None)
             if threshold is not None:
-                figure.add_trace(go.Scatter(
-                    x=list(span), y=[threshold * scale] * 2, mode="lines",
+                traces.append(scatter(
+                    list(span), [threshold * scale] * 2, grid, row, col, mode="lines",
                     name=f"threshold: {label}", legendgroup=f"slo-{number}",
                     hoverinfo="name+y",
-                    line={"color": line_colour, "dash": "dot", "width": 2}), row=row, col=col)
-        figure.update_yaxes(title_text=axis_unit, rangemode="tozero", row=row, col=col)
-    return _finish(figure, "Latency against load (SLO statistics with their intervals, "
-                           "thresholds dotted)", document, span, len(metrics))
+                    line={"color": line_colour, "dash": "dot", "width": 2}))
+        set_axis(layout, grid.y(row, col), title=axis_unit, rangemode="tozero")
+    return _finish(traces, layout, grid, "Latency against load (SLO statistics with their "
+                                         "intervals, thresholds dotted)", document, span)
 
 
-def _interval_points(figure: go.Figure, document: CapacityDocument,
+def _interval_points(traces: list[Spec], grid: Grid, document: CapacityDocument,
                      get: Callable[[CapacityStep], Interval], name: str, number: int,
                      row: int, col: int) -> None:
     for trial, suffix, steps in _by_trial(document.steps):
         intervals = [get(s) for s in steps]
-        figure.add_trace(go.Scatter(
-            x=[s.load for s in steps], y=[_scaled(i.value, 1.0) for i in intervals],
+        traces.append(scatter(
+            [s.load for s in steps], [_scaled(i.value, 1.0) for i in intervals], grid, row, col,
             error_y=_error_bars([(i.value, i.ci_low, i.ci_high) for i in intervals], 1.0),
             mode="markers", name=f"{name}{suffix}", legendgroup=name,
             text=[_hover(s, document.unit) for s in steps],
-            marker={"symbol": _symbol(trial), "size": 9, "color": colour(number)}),
-            row=row, col=col)
+            marker={"symbol": _symbol(trial), "size": 9, "color": colour(number)}))
 
 
 def throughput_figure(document: CapacityDocument) -> str:
     """Output tokens/s and goodput (requests/s meeting every per-request SLO) against load,
     each with its interval; goodput beside the offered rate where the load is a rate."""
     span = x_range(document)
-    figure, cells = _grid(["Output throughput (tok/s)", "Goodput (req/s)"])
-    _interval_points(figure, document, lambda s: s.output_tokens_per_s, "output tok/s", 0,
-                     *cells[0])
-    _interval_points(figure, document, lambda s: s.goodput_per_s, "goodput req/s", 2,
+    grid, cells = _grid(["Output throughput (tok/s)", "Goodput (req/s)"])
+    traces: list[Spec] = []
+    layout: Spec = {}
+    _interval_points(traces, grid, document, lambda s: s.output_tokens_per_s, "output tok/s",
+                     0, *cells[0])
+    _interval_points(traces, grid, document, lambda s: s.goodput_per_s, "goodput req/s", 2,
                      *cells[1])
     if document.unit == "req/s":
-        figure.add_trace(go.Scatter(x=list(span), y=list(span), mode="lines",
-                                    name="goodput = offered rate", hoverinfo="skip",
-                                    line={"color": "#8a8f98", "dash": "dot", "width": 1}),
-                         row=cells[1][0], col=cells[1][1])
+        traces.append(scatter(list(span), list(span), grid, *cells[1], mode="lines",
+                              name="goodput = offered rate", hoverinfo="skip",
+                              line={"color": "#8a8f98", "dash": "dot", "width": 1}))
     for (row, col), unit in zip(cells, ("tok/s", "req/s"), strict=True):
-        figure.update_yaxes(title_text=unit, rangemode="tozero", row=row, col=col)
-    return _finish(figure, "Throughput and goodput against load (with their intervals)",
-                   document, span, 2)
+        set_axis(layout, grid.y(row, col), title=unit, rangemode="tozero")
+    return _finish(traces, layout, grid, "Throughput and goodput against load (with their "
+                                         "intervals)", document, span)
 
 
 SERVER_SERIES = (("kv_cache_usage_mean", "KV-cache usage, mean over the window (%)", 100.0,
@@ -480,20 +494,23 @@ def server_figure(document: CapacityDocument) -> str | None:
     if not present:
         return None
     span = x_range(document)
-    figure, cells = _grid([series[1] for series in present])
+    grid, cells = _grid([series[1] for series in present])
+    traces: list[Spec] = []
+    layout: Spec = {}
     for number, ((field, _, scale, unit, name), (row, col)) in enumerate(
             zip(present, cells, strict=True)):
         for trial, suffix, steps in _by_trial(document.steps):
-            figure.add_trace(go.Scatter(
-                x=[s.load for s in steps], y=[_scaled(getattr(s, field), scale) for s in steps],
-                mode="markers", name=f"{name}{suffix}", legendgroup=name,
+            traces.append(scatter(
+                [s.load for s in steps], [_scaled(getattr(s, field), scale) for s in steps],
+                grid, row, col, mode="markers", name=f"{name}{suffix}", legendgroup=name,
                 text=[_hover(s, document.unit) for s in steps],
-                marker={"symbol": _symbol(trial), "size": 9, "color": colour(3 + number)}),
-                row=row, col=col)
-        figure.update_yaxes(title_text=unit, rangemode="tozero",
-                            range=[0, 101] if unit == "%" else None, row=row, col=col)
-    return _finish(figure, "vLLM's queue against load (/metrics, means over each step's window)",
-                   document, span, len(present))
+                marker={"symbol": _symbol(trial), "size": 9, "color": colour(3 + number)}))
+        y_axis: Spec = {"title": unit, "rangemode": "tozero"}
+        if unit == "%":
+            y_axis["range"] = [0, 101]
+        set_axis(layout, grid.y(row, col), **y_axis)
+    return _finish(traces, layout, grid, "vLLM's queue against load (/metrics, means over each "
+                                         "step's window)", document, span)
 
 
 def search_figures(document: CapacityDocument, number: int

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
 import yaml
-from plotly.subplots import make_subplots
 
 from vllm_slo.analysis.comparison import (
     TABLE_LEGEND,
@@ -37,11 +35,11 @@ from vllm_slo.reports.render.experiment_text import cv_text, trials_text
 from vllm_slo.reports.render.figures import (
     cell_axis,
     colour,
-    figure_json,
     latency_ecdf_figure,
     plot_text,
 )
 from vllm_slo.reports.render.html import FigureView, render_template
+from vllm_slo.reports.render.plot_spec import Grid, Spec, figure, scatter, set_axis, spec_json
 from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.render.text import (
@@ -151,35 +149,33 @@ def trial_dots_figure(variants: Sequence[VariantEntry], cells: Sequence[str]) ->
     (geometric mean, t interval on logs) and its 95% CI, one colour per variant."""
     columns = 3
     rows = max(1, -(-len(cells) // columns))
-    figure = make_subplots(rows=rows, cols=columns,
-                           subplot_titles=[plot_text(c) for c in cells])
+    grid = Grid(rows=rows, cols=columns, titles=tuple(plot_text(c) for c in cells))
+    traces: list[Spec] = []
+    layout: Spec = {"height": 320 * rows, "margin": {"l": 60, "r": 20, "t": 70, "b": 40},
+                    "title": {"text": "Per-trial statistics (dots) with the trial-level "
+                                      "estimate (geometric mean) and its 95% CI"}}
     for index, cell in enumerate(cells):
-        row, col = divmod(index, columns)
+        row, col = index // columns + 1, index % columns + 1
         scale, unit = cell_axis(cell)
         for number, variant in enumerate(variants):
             label = plot_text(variant.label)
             values = [v * scale for v in variant.values(cell)]
-            figure.add_trace(go.Scatter(
-                x=[label] * len(values), y=values, mode="markers",
+            traces.append(scatter(
+                [label] * len(values), values, grid, row, col, mode="markers",
                 marker={"size": 8, "opacity": 0.7, "color": colour(number)},
-                name=label, legendgroup=label, showlegend=index == 0),
-                row=row + 1, col=col + 1)
+                name=label, legendgroup=label, showlegend=index == 0))
             center = variant.cells[cell]
             if center.value is not None and center.ci_low is not None:
                 high = center.ci_high if center.ci_high is not None else center.value
-                figure.add_trace(go.Scatter(
-                    x=[label], y=[center.value * scale], mode="markers",
+                traces.append(scatter(
+                    [label], [center.value * scale], grid, row, col, mode="markers",
                     marker={"symbol": "line-ew-open", "size": 24, "color": "#222"},
                     error_y={"type": "data", "symmetric": False,
                              "array": [(high - center.value) * scale],
                              "arrayminus": [(center.value - center.ci_low) * scale]},
-                    showlegend=False, hoverinfo="y"), row=row + 1, col=col + 1)
-        figure.update_yaxes(title_text=unit, row=row + 1, col=col + 1)
-    figure.update_layout(template="plotly_white", height=320 * rows,
-                         title="Per-trial statistics (dots) with the trial-level estimate "
-                               "(geometric mean) and its 95% CI",
-                         margin={"l": 60, "r": 20, "t": 70, "b": 40})
-    return figure_json(figure)
+                    showlegend=False, hoverinfo="y"))
+        set_axis(layout, grid.y(row, col), title=unit)
+    return spec_json(figure(traces, layout, grid))
 
 
 def _args_text(args: Mapping[str, Any] | None) -> str:

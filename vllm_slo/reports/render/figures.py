@@ -18,35 +18,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import plotly.graph_objects as go
-import plotly.io as pio
 import pyarrow as pa
 import pyarrow.compute as pc
-from plotly.subplots import make_subplots
 
 from vllm_slo.analysis.run_metrics import RunSeries
 from vllm_slo.analysis.server_metrics import ServerSeries
+from vllm_slo.reports.render.plot_spec import (
+    Grid,
+    Spec,
+    bar,
+    figure,
+    scatter,
+    set_axis,
+    spec_json,
+    vrect,
+)
 from vllm_slo.scenarios.metrics import LATENCY_METRICS, METRICS, MetricKind, parse_cell
 
 MAX_ECDF_POINTS = 1000
 MAX_SCATTER_POINTS = 4000
 MAX_TIME_BINS = 300
 NICE_BIN_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
-#: Trace types the figures use: the report inlines plotly.js's basic bundle (scatter, bar, pie).
-TRACE_TYPES = ("scatter", "bar")
-
-
-def _compact_template() -> go.layout.Template:
-    """plotly_white with the trace defaults of the trace types used only: every figure carries
-    its template, and the full one (defaults for 24 trace types) is 7 KB a figure."""
-    white = pio.templates["plotly_white"]
-    return go.layout.Template(layout=white.layout,
-                              data={name: getattr(white.data, name) for name in TRACE_TYPES})
-
-
-_TEMPLATE = _compact_template()
-_LAYOUT: dict[str, Any] = {"template": _TEMPLATE,
-                           "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 420,
+_LAYOUT: dict[str, Any] = {"margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 420,
                            "legend": {"orientation": "h", "y": -0.18}}
 _SHADE = {"warm-up": "#8a8f98", "cool-down": "#8a8f98"}
 PALETTE = ("#3566b8", "#d9730d", "#2e9e5b", "#8e44ad", "#c0392b", "#16a2b8", "#7f6a00")
@@ -248,45 +241,51 @@ def ecdf_points(values: np.ndarray, max_points: int = MAX_ECDF_POINTS
     return ordered[index].astype(np.float64), (index + 1) / n
 
 
-def figure_json(figure: go.Figure) -> str:
-    text: str = figure.to_json(validate=False)  # plotly is untyped
-    return text
+def _layout(title: str | None, height: int, margin: Mapping[str, int] = _SUBPLOT_MARGIN,
+            **extra: Any) -> Spec:
+    layout: Spec = {"margin": dict(margin), "height": height, "legend": _LAYOUT["legend"],
+                    **extra}
+    if title is not None:
+        layout["title"] = {"text": title}
+    return layout
 
 
 def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
     grid_rows = (len(LATENCY_METRICS) + 1) // 2
-    figure = make_subplots(rows=grid_rows, cols=2, vertical_spacing=0.28 / grid_rows,
-                           subplot_titles=[METRICS[m].title for m in LATENCY_METRICS])
+    grid = Grid(rows=grid_rows, cols=2, vertical_spacing=0.28 / grid_rows,
+                titles=tuple(METRICS[m].title for m in LATENCY_METRICS))
+    traces: list[Spec] = []
+    thinned = any(series.latency(m).size > MAX_ECDF_POINTS for m in LATENCY_METRICS
+                  for series in series_by_label.values())
+    note = f"; ≤ {MAX_ECDF_POINTS:,} quantiles a curve" if thinned else ""
+    layout = _layout("Latency distributions (ECDF, measured window, successful "
+                     f"requests{note})", 350 * grid_rows,
+                     showlegend=not _single(series_by_label))
     for index, metric in enumerate(LATENCY_METRICS):
         row, col = divmod(index, 2)
         for number, (label, series) in enumerate(series_by_label.items()):
             x, y = ecdf_points(series.latency(metric))
-            figure.add_trace(go.Scatter(x=x * 1e3, y=y, mode="lines", name=plot_text(label),
-                                        legendgroup=plot_text(label), showlegend=index == 0,
-                                        line={"shape": "hv", "color": colour(number)}),
-                             row=row + 1, col=col + 1)
-        figure.update_xaxes(title_text="ms", row=row + 1, col=col + 1)
-        figure.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=row + 1,
-                            col=col + 1)
-    thinned = any(series.latency(m).size > MAX_ECDF_POINTS for m in LATENCY_METRICS
-                  for series in series_by_label.values())
-    note = f"; ≤ {MAX_ECDF_POINTS:,} quantiles a curve" if thinned else ""
-    figure.update_layout(title="Latency distributions (ECDF, measured window, successful "
-                               f"requests{note})",
-                         **{**_LAYOUT, "height": 350 * grid_rows, "margin": _SUBPLOT_MARGIN,
-                            "showlegend": not _single(series_by_label)})
-    return figure_json(figure)
+            traces.append(scatter(x * 1e3, y, grid, row + 1, col + 1, mode="lines",
+                                  name=plot_text(label), legendgroup=plot_text(label),
+                                  showlegend=index == 0,
+                                  line={"shape": "hv", "color": colour(number)}))
+        set_axis(layout, grid.x(row + 1, col + 1), title="ms")
+        set_axis(layout, grid.y(row + 1, col + 1), title="fraction ≤ x", range=[0, 1.02])
+    return spec_json(figure(traces, layout, grid))
 
 
-def _shade(figure: go.Figure, phases: Phases, rows: Iterable[int] = (1,), cols: int = 1) -> None:
-    rows = tuple(rows)
+def _shade(layout: Spec, grid: Grid, phases: Phases) -> None:
+    """The warm-up (and cool-down) band on every cell, labelled on the first."""
+    shapes, labels = layout.setdefault("shapes", []), layout.setdefault("annotations", [])
     for name, x0, x1 in phases.regions():
-        for row in rows:
-            for col in range(1, cols + 1):
-                label = ({"annotation_text": name, "annotation_position": "top left"}
-                         if row == rows[0] and col == 1 else {})
-                figure.add_vrect(x0=x0, x1=x1, fillcolor=_SHADE[name], opacity=0.15,
-                                 line_width=0, row=row, col=col, **label)
+        for row in range(1, grid.rows + 1):
+            for col in range(1, grid.cols + 1):
+                first = row == 1 and col == 1
+                shape, label = vrect(x0, x1, grid.x(row, col), grid.y(row, col), _SHADE[name],
+                                     0.15, name if first else None)
+                shapes.append(shape)
+                if label is not None:
+                    labels.append(label)
 
 
 def _single(mapping: Mapping[str, Any]) -> bool:
@@ -296,73 +295,71 @@ def _single(mapping: Mapping[str, Any]) -> bool:
 def timeline_figure(timelines: Mapping[str, Timeline]) -> str:
     """TTFT and E2E against send time: per-bin p50 and p99 lines (all requests) and, for a
     single run, a thinned cloud of individual requests; failed requests marked at the bottom."""
-    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                           subplot_titles=["Time to first token", "End-to-end latency"])
+    grid = Grid(rows=2, cols=1, shared_x=True, vertical_spacing=0.08,
+                titles=("Time to first token", "End-to-end latency"))
+    traces: list[Spec] = []
+    layout = _layout("Latency over time (by intended send time)", 640)
     for row, metric in enumerate(("ttft", "e2e"), start=1):
         for number, (label, timeline) in enumerate(timelines.items()):
             prefix = "" if _single(timelines) else f"{plot_text(label)} "
             if _single(timelines) and timeline.points_s.size:
-                figure.add_trace(go.Scatter(
-                    x=timeline.points_s, y=timeline.points[metric] * 1e3, mode="markers",
-                    name=(f"requests (≤ {MAX_SCATTER_POINTS:,} shown)" if row == 1 else None),
-                    legendgroup="points",
-                    showlegend=row == 1, marker={"size": 3, "opacity": 0.35,
-                                                 "color": "#7f8c9d"}), row=row, col=1)
+                points: Spec = {"legendgroup": "points", "showlegend": row == 1}
+                if row == 1:
+                    points["name"] = f"requests (≤ {MAX_SCATTER_POINTS:,} shown)"
+                traces.append(scatter(
+                    timeline.points_s, timeline.points[metric] * 1e3, grid, row,
+                    mode="markers", marker={"size": 3, "opacity": 0.35, "color": "#7f8c9d"},
+                    **points))
             centers = timeline.bin_start_s + timeline.bin_s / 2
             for key, dash in (("p50", "solid"), ("p99", "dot")):
                 line_colour = _STAT_COLOURS[key] if _single(timelines) else colour(number)
-                figure.add_trace(go.Scatter(
-                    x=centers, y=timeline.latency_bins[metric][key] * 1e3, mode="lines",
+                traces.append(scatter(
+                    centers, timeline.latency_bins[metric][key] * 1e3, grid, row, mode="lines",
                     name=f"{prefix}{key} per {timeline.bin_s:g}s bin",
                     line={"dash": dash, "color": line_colour},
-                    legendgroup=f"{label}-{key}", showlegend=row == 1, connectgaps=False),
-                    row=row, col=1)
+                    legendgroup=f"{label}-{key}", showlegend=row == 1, connectgaps=False))
             if timeline.failed_points_s.size:
-                figure.add_trace(go.Scatter(
-                    x=timeline.failed_points_s, y=np.zeros(timeline.failed_points_s.size),
-                    mode="markers", name=f"{prefix}failed requests", legendgroup=f"{label}-f",
-                    showlegend=row == 1,
-                    marker={"size": 7, "symbol": "x", "color": _FAILED}), row=row, col=1)
-        figure.update_yaxes(title_text="ms", rangemode="tozero", row=row, col=1)
+                traces.append(scatter(
+                    timeline.failed_points_s, np.zeros(timeline.failed_points_s.size), grid,
+                    row, mode="markers", name=f"{prefix}failed requests",
+                    legendgroup=f"{label}-f", showlegend=row == 1,
+                    marker={"size": 7, "symbol": "x", "color": _FAILED}))
+        set_axis(layout, grid.y(row), title="ms", rangemode="tozero")
     first = next(iter(timelines.values()), None)
     if first is not None:
-        _shade(figure, first.phases, rows=(1, 2))
-    figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
-    figure.update_layout(title="Latency over time (by intended send time)",
-                         **{**_LAYOUT, "height": 640, "margin": _SUBPLOT_MARGIN})
-    return figure_json(figure)
+        _shade(layout, grid, first.phases)
+    set_axis(layout, grid.x(2), title="seconds since the first request")
+    return spec_json(figure(traces, layout, grid))
 
 
 def throughput_figure(timelines: Mapping[str, Timeline]) -> str:
     """Output tokens/s and completed/failed requests/s by completion time, whole run."""
-    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                           subplot_titles=["Output tokens per second",
-                                           "Requests completed per second"])
+    grid = Grid(rows=2, cols=1, shared_x=True, vertical_spacing=0.08,
+                titles=("Output tokens per second", "Requests completed per second"))
+    traces: list[Spec] = []
+    first = next(iter(timelines.values()), None)
+    title = (f"Throughput over time ({first.bin_s:g} s bins, by completion time)"
+             if first is not None else None)
+    layout = _layout(title, 580)
     for number, (label, timeline) in enumerate(timelines.items()):
         prefix = "" if _single(timelines) else f"{plot_text(label)} "
         centers = timeline.bin_start_s + timeline.bin_s / 2
-        figure.add_trace(go.Scatter(x=centers, y=timeline.output_tokens_per_s, mode="lines",
-                                    line={"shape": "hvh", "color": colour(number)},
-                                    name=f"{prefix}output tok/s"), row=1, col=1)
-        figure.add_trace(go.Scatter(x=centers, y=timeline.completed_per_s, mode="lines",
-                                    line={"shape": "hvh", "color": colour(number)},
-                                    name=f"{prefix}ok req/s"), row=2, col=1)
+        traces.append(scatter(centers, timeline.output_tokens_per_s, grid, 1, mode="lines",
+                              line={"shape": "hvh", "color": colour(number)},
+                              name=f"{prefix}output tok/s"))
+        traces.append(scatter(centers, timeline.completed_per_s, grid, 2, mode="lines",
+                              line={"shape": "hvh", "color": colour(number)},
+                              name=f"{prefix}ok req/s"))
         if timeline.failed_per_s.any():
-            figure.add_trace(go.Scatter(x=centers, y=timeline.failed_per_s, mode="lines",
-                                        line={"shape": "hvh", "color": _FAILED, "dash": "dot"},
-                                        name=f"{prefix}failed req/s"), row=2, col=1)
-    first = next(iter(timelines.values()), None)
+            traces.append(scatter(centers, timeline.failed_per_s, grid, 2, mode="lines",
+                                  line={"shape": "hvh", "color": _FAILED, "dash": "dot"},
+                                  name=f"{prefix}failed req/s"))
     if first is not None:
-        _shade(figure, first.phases, rows=(1, 2))
-        bin_s = first.bin_s
-        figure.update_layout(title=f"Throughput over time ({bin_s:g} s bins, by completion time)")
-    figure.update_yaxes(title_text=METRICS["output_throughput"].unit, rangemode="tozero",
-                        row=1, col=1)
-    figure.update_yaxes(title_text=METRICS["request_throughput"].unit, rangemode="tozero",
-                        row=2, col=1)
-    figure.update_xaxes(title_text="seconds since the first request", row=2, col=1)
-    figure.update_layout(**{**_LAYOUT, "height": 580, "margin": _SUBPLOT_MARGIN})
-    return figure_json(figure)
+        _shade(layout, grid, first.phases)
+    set_axis(layout, grid.y(1), title=METRICS["output_throughput"].unit, rangemode="tozero")
+    set_axis(layout, grid.y(2), title=METRICS["request_throughput"].unit, rangemode="tozero")
+    set_axis(layout, grid.x(2), title="seconds since the first request")
+    return spec_json(figure(traces, layout, grid))
 
 
 SERVER_PANELS = ("Requests running / waiting", "KV-cache usage", "Preemptions per scrape interval",
@@ -388,52 +385,48 @@ def server_metrics_figure(series_by_label: Mapping[str, ServerSeries],
         return None
     rows = math.ceil(len(panels) / 2)
     cols = 1 if len(panels) == 1 else 2
-    figure = make_subplots(rows=rows, cols=cols, subplot_titles=panels,
-                           vertical_spacing=0.16 if rows > 1 else 0.1, horizontal_spacing=0.1)
-    position = {title: divmod(i, cols) for i, title in enumerate(panels)}
+    grid = Grid(rows=rows, cols=cols, titles=tuple(panels),
+                vertical_spacing=0.16 if rows > 1 else 0.1, horizontal_spacing=0.1)
+    position = {title: (i // cols + 1, i % cols + 1) for i, title in enumerate(panels)}
     single = _single(series_by_label)
+    traces: list[Spec] = []
+    layout = _layout("Server metrics (vLLM /metrics, scraped every ~2 s)", 330 * rows + 110)
     for number, (label, series) in enumerate(series_by_label.items()):
         prefix = "" if single else f"{plot_text(label)} "
 
         def line(role: int, dash: str = "solid", number: int = number) -> dict[str, str]:
             return {"color": colour(role if single else number), "dash": dash}
 
-        traces: list[tuple[str, go.BaseTraceType]] = []
+        def on(title: str, trace: Any = scatter, **properties: Any) -> None:
+            traces.append(trace(grid=grid, row=position[title][0], col=position[title][1],
+                                **properties))
+
         if series.running is not None:
-            traces.append((SERVER_PANELS[0], go.Scatter(
-                x=series.scrape_s, y=series.running, mode="lines+markers", line=line(0),
-                name=f"{prefix}running")))
+            on(SERVER_PANELS[0], x=series.scrape_s, y=series.running, mode="lines+markers",
+               line=line(0), name=f"{prefix}running")
         if series.waiting is not None:
-            traces.append((SERVER_PANELS[0], go.Scatter(
-                x=series.scrape_s, y=series.waiting, mode="lines+markers", line=line(1, "dot"),
-                name=f"{prefix}waiting")))
+            on(SERVER_PANELS[0], x=series.scrape_s, y=series.waiting, mode="lines+markers",
+               line=line(1, "dot"), name=f"{prefix}waiting")
         if series.kv_cache_usage is not None:
-            traces.append((SERVER_PANELS[1], go.Scatter(
-                x=series.scrape_s, y=series.kv_cache_usage * 100, mode="lines+markers",
-                line=line(2), name=f"{prefix}KV-cache %")))
+            on(SERVER_PANELS[1], x=series.scrape_s, y=series.kv_cache_usage * 100,
+               mode="lines+markers", line=line(2), name=f"{prefix}KV-cache %")
         if series.preemptions is not None:
-            traces.append((SERVER_PANELS[2], go.Bar(
-                x=series.interval_end_s, y=series.preemptions, name=f"{prefix}preemptions",
-                marker={"color": line(3)["color"]})))
+            on(SERVER_PANELS[2], bar, x=series.interval_end_s, y=series.preemptions,
+               name=f"{prefix}preemptions", marker={"color": line(3)["color"]})
         if series.prefix_cache_hit_rate is not None:
-            traces.append((SERVER_PANELS[3], go.Scatter(
-                x=series.interval_end_s, y=series.prefix_cache_hit_rate * 100,
-                mode="lines+markers", line=line(5), name=f"{prefix}prefix-cache hit %")))
-        for title, trace in traces:
-            row, col = position[title]
-            figure.add_trace(trace, row=row + 1, col=col + 1)
+            on(SERVER_PANELS[3], x=series.interval_end_s, y=series.prefix_cache_hit_rate * 100,
+               mode="lines+markers", line=line(5), name=f"{prefix}prefix-cache hit %")
     for title, (row, col) in position.items():
         unit = {SERVER_PANELS[0]: "requests", SERVER_PANELS[1]: "%",
                 SERVER_PANELS[2]: "count", SERVER_PANELS[3]: "%"}[title]
-        axis_range = [0, 101] if unit == "%" else None
-        figure.update_yaxes(title_text=unit, range=axis_range, rangemode="tozero",
-                            row=row + 1, col=col + 1)
-        figure.update_xaxes(title_text="s since the first request", row=row + 1, col=col + 1)
+        y_axis: Spec = {"title": unit, "rangemode": "tozero"}
+        if unit == "%":
+            y_axis["range"] = [0, 101]
+        set_axis(layout, grid.y(row, col), **y_axis)
+        set_axis(layout, grid.x(row, col), title="s since the first request")
     if phases is not None:
-        _shade(figure, phases, rows=range(1, rows + 1), cols=cols)
-    figure.update_layout(title="Server metrics (vLLM /metrics, scraped every ~2 s)",
-                         **{**_LAYOUT, "height": 330 * rows + 110, "margin": _SUBPLOT_MARGIN})
-    return figure_json(figure)
+        _shade(layout, grid, phases)
+    return spec_json(figure(traces, layout, grid))
 
 
 def chunks_per_token_histogram(values: np.ndarray, bins: int = 40
@@ -450,30 +443,27 @@ def chunks_per_token_histogram(values: np.ndarray, bins: int = 40
 
 def health_figure(health_by_label: Mapping[str, Health]) -> str:
     """Send lag ECDF and the distribution of content chunks per output token."""
-    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=[
-        "Send lag (actual − intended send), ECDF", "Content chunks per output token"])
+    grid = Grid(rows=1, cols=2, horizontal_spacing=0.12, titles=(
+        "Send lag (actual − intended send), ECDF", "Content chunks per output token"))
     single = _single(health_by_label)
+    traces: list[Spec] = []
+    layout = _layout("Measurement health", 420, barmode="overlay")
     for number, (label, health) in enumerate(health_by_label.items()):
         name = plot_text(label)
         prefix = "" if single else f"{name} "
         x, y = ecdf_points(health.send_lag_s)
-        figure.add_trace(go.Scatter(x=x * 1e3, y=y, mode="lines", name=f"{prefix}send lag",
-                                    line={"shape": "hv", "color": colour(number)},
-                                    legendgroup=name), row=1, col=1)
+        traces.append(scatter(x * 1e3, y, grid, 1, 1, mode="lines", name=f"{prefix}send lag",
+                              line={"shape": "hv", "color": colour(number)}, legendgroup=name))
         counts, edges = chunks_per_token_histogram(health.chunks_per_token)
-        figure.add_trace(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts,
-                                width=np.diff(edges), name=f"{prefix}chunks/token",
-                                legendgroup=name, opacity=1.0 if single else 0.6,
-                                marker={"color": colour(number if not single else 1)}),
-                         row=1, col=2)
-    figure.update_xaxes(title_text="ms", rangemode="tozero", row=1, col=1)
-    figure.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=1, col=1)
-    figure.update_xaxes(title_text="chunks / output token (1 = one token per chunk)",
-                        row=1, col=2)
-    figure.update_yaxes(title_text="requests", row=1, col=2)
-    figure.update_layout(title="Measurement health", barmode="overlay",
-                         **{**_LAYOUT, "height": 420, "margin": _SUBPLOT_MARGIN})
-    return figure_json(figure)
+        traces.append(bar((edges[:-1] + edges[1:]) / 2, counts, grid, 1, 2,
+                          width=np.diff(edges), name=f"{prefix}chunks/token", legendgroup=name,
+                          opacity=1.0 if single else 0.6,
+                          marker={"color": colour(number if not single else 1)}))
+    set_axis(layout, grid.x(1, 1), title="ms", rangemode="tozero")
+    set_axis(layout, grid.y(1, 1), title="fraction ≤ x", range=[0, 1.02])
+    set_axis(layout, grid.x(1, 2), title="chunks / output token (1 = one token per chunk)")
+    set_axis(layout, grid.y(1, 2), title="requests")
+    return spec_json(figure(traces, layout, grid))
 
 
 def cell_axis(cell: str) -> tuple[float, str]:
@@ -494,16 +484,17 @@ def pareto_figure(points: Mapping[str, tuple[float, float]], front: Sequence[str
     shown = {name: xy for name, xy in points.items() if all(map(math.isfinite, xy))}
     x_scale, x_unit = cell_axis(throughput_cell)
     y_scale, y_unit = cell_axis(latency_cell)
-    figure = go.Figure()
-    figure.add_trace(go.Scatter(
-        x=[x * x_scale for x, _ in shown.values()], y=[y * y_scale for _, y in shown.values()],
-        mode="markers+text", text=[plot_text(name) for name in shown],
-        textposition="top center", name="candidates", marker={"size": 10, "color": "#8a8f98"}))
+    grid = Grid()
     on_front = [shown[name] for name in front if name in shown]
-    figure.add_trace(go.Scatter(
-        x=[x * x_scale for x, _ in on_front], y=[y * y_scale for _, y in on_front],
-        mode="lines+markers", name="Pareto front", marker={"size": 12, "color": colour(0)},
-        line={"color": colour(0)}))
-    figure.update_layout(**_LAYOUT, xaxis_title=_axis_title(throughput_cell, x_unit),
-                         yaxis_title=_axis_title(latency_cell, y_unit))
-    return figure_json(figure)
+    traces = [
+        scatter([x * x_scale for x, _ in shown.values()], [y * y_scale for _, y in shown.values()],
+                grid, mode="markers+text", text=[plot_text(name) for name in shown],
+                textposition="top center", name="candidates",
+                marker={"size": 10, "color": "#8a8f98"}),
+        scatter([x * x_scale for x, _ in on_front], [y * y_scale for _, y in on_front], grid,
+                mode="lines+markers", name="Pareto front", marker={"size": 12, "color": colour(0)},
+                line={"color": colour(0)})]
+    layout = _layout(None, _LAYOUT["height"], _LAYOUT["margin"])
+    set_axis(layout, grid.x(), title=_axis_title(throughput_cell, x_unit))
+    set_axis(layout, grid.y(), title=_axis_title(latency_cell, y_unit))
+    return spec_json(figure(traces, layout, grid))
