@@ -22,7 +22,7 @@ from pathlib import Path
 from vllm_slo.loadtests import prompts
 from vllm_slo.loadtests.plan import build_plan
 from vllm_slo.loadtests.profiles import trace as trace_profile
-from vllm_slo.runner import check_traffic_inputs, planned_request_count
+from vllm_slo.preflight import check_traffic_inputs, planned_request_count
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 SHAREGPT_PLAN = 2_000  # requests: the plan's own work stays small beside the reading

@@ -36,10 +36,10 @@ from vllm_slo.analysis.quantised_cells import (
     pair_bias_log,
 )
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
-from vllm_slo.reports.capacity_report import VARIANTS_DIR, capacity_documents
+from vllm_slo.reports.capacity_report import capacity_documents
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders
-from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE
+from vllm_slo.run_folder.run_files import SUMMARY_FILE, TUNE_SUMMARY_FILE, VARIANTS_DIR
 from vllm_slo.scenarios.metrics import MetricKind, parse_cell
 from vllm_slo.scenarios.slo import part_column
 from vllm_slo.stats.capacity_search import SearchStatus

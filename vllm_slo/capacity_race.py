@@ -23,23 +23,19 @@ from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_race import finished_trials, out_of_race, race_floor
 from vllm_slo.analysis.tuning import GIVEN_ORIGIN
 from vllm_slo.capacity_runner import (
-    CapacityOutcome,
     CapacitySearch,
-    Printer,
+    capacity_outcome,
     check_lowest_step,
     check_trace_span,
 )
+from vllm_slo.outcome import Outcome
+from vllm_slo.preflight import Printer, check_before_run
 from vllm_slo.redaction import redact_secrets
-from vllm_slo.reports.capacity_report import (
-    VARIANTS_DIR,
-    is_capacity_folder,
-    read_capacity,
-    render_capacity,
-)
-from vllm_slo.run_folder.file_writes import write_atomic
-from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
-from vllm_slo.runner import check_before_run, new_run_dir
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.reports.capacity_report import read_capacity, render_capacity
+from vllm_slo.run_folder.file_writes import new_run_dir, write_atomic
+from vllm_slo.run_folder.folder_kind import FolderKind, folder_kind
+from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE, VARIANTS_DIR
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.tuner import Candidate, Tune
 
@@ -90,9 +86,9 @@ class CapacityRace:
         if not variants.is_dir():
             return {}
         return {sub.name: read_capacity(sub) for sub in sorted(variants.iterdir())
-                if is_capacity_folder(sub)}
+                if folder_kind(sub) is FolderKind.CAPACITY}
 
-    def run(self) -> CapacityOutcome:
+    def run(self) -> Outcome:
         candidates = self.candidates()
         documents = self._documents()
         self.say(f"capacity race: {len(candidates)} candidate(s), {self.rounds} round(s)")
@@ -107,8 +103,7 @@ class CapacityRace:
             raise
         if not documents:
             raise ScenarioError("the race searched no candidate")
-        rendered = render_capacity(self.run_dir)
-        return CapacityOutcome(self.run_dir, ExitCode(rendered.exit_code), rendered)
+        return capacity_outcome(self.run_dir, render_capacity(self.run_dir))
 
     def _search(self, candidate: Candidate, round_: int,
                 documents: dict[str, CapacityDocument]) -> None:
@@ -132,7 +127,7 @@ class CapacityRace:
 
 
 def run_capacity_race(scenario: Scenario, runs_root: Path, say: Printer = print
-                      ) -> CapacityOutcome:
+                      ) -> Outcome:
     """A new tune folder racing the scenario's candidates by capacity."""
     race = CapacityRace(scenario, Path(), say)  # checks the scenario before a folder exists
     race.tune.check_grid()  # and every candidate's args (cached for the race's own check)
@@ -145,7 +140,7 @@ def run_capacity_race(scenario: Scenario, runs_root: Path, say: Printer = print
 
 
 def resume_capacity_race(scenario: Scenario, run_dir: Path, say: Printer = print
-                         ) -> CapacityOutcome:
+                         ) -> Outcome:
     say(f"resuming the capacity race {run_dir}")
     return CapacityRace(scenario, run_dir, say).run()
 

@@ -19,7 +19,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,35 +39,28 @@ from vllm_slo.analysis.capacity import (
     trace_shortfall,
     trial_capacity,
 )
-from vllm_slo.experiment_runner import resumable_scenario
 from vllm_slo.loadtests.profiles.trace import trace_path
 from vllm_slo.loadtests.trace_formats import read_trace
 from vllm_slo.loadtests.trace_replay import Selection
 from vllm_slo.loadtests.trace_replay import select as select_sends
+from vllm_slo.outcome import Outcome, reported, verdict_line
+from vllm_slo.preflight import check_before_run, platform_of
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.capacity_report import (
-    CAPACITY_FILE,
-    VARIANTS_DIR,
     RenderedCapacity,
-    is_capacity_folder,
     read_capacity,
     render_capacity,
     write_capacity,
 )
 from vllm_slo.reports.render.markdown import STEP_SUMMARY_ENV
 from vllm_slo.reports.run_report import load_run
-from vllm_slo.run_folder.file_writes import write_atomic
-from vllm_slo.run_folder.run_files import TUNE_SCENARIO_FILE
-from vllm_slo.runner import (
-    SharedServer,
-    check_before_run,
-    new_run_dir,
-    platform_of,
-    run_on_server,
-    shared_server,
-)
+from vllm_slo.reports.trial_folders import resumable_scenario
+from vllm_slo.run_folder.file_writes import new_run_dir, write_atomic
+from vllm_slo.run_folder.folder_kind import FolderKind, folder_kind
+from vllm_slo.run_folder.run_files import CAPACITY_FILE, TUNE_SCENARIO_FILE, VARIANTS_DIR
+from vllm_slo.runner import SharedServer, run_on_server, shared_server
 from vllm_slo.scenarios.capacity_spec import RATE_KEY, SPEEDUP_KEY, USERS_KEY, CapacitySpec
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.scenarios.errors import ScenarioError, ServerError
 from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.profile_specs.trace import TraceSpec
@@ -89,11 +81,10 @@ SCENARIO_FILE = "scenario.yaml"
 STEP_OVERHEAD_S = 5.0  # plan, prefix-cache reset, report: per step, before any was timed
 
 
-@dataclass(frozen=True, slots=True)
-class CapacityOutcome:
-    folder: Path
-    exit_code: ExitCode
-    rendered: RenderedCapacity
+def capacity_outcome(folder: Path, rendered: RenderedCapacity) -> Outcome:
+    """A capacity search's or race's outcome: its text, the report, the verdict."""
+    return reported(folder, rendered.exit_code, rendered.text, rendered.report_path,
+                    "capacity report", verdict_line(rendered.exit_code))
 
 
 def step_scenario(arm: Scenario, spec: CapacitySpec, step: NextStep) -> Scenario:
@@ -365,7 +356,7 @@ def _check(scenario: Scenario, runs_root: Path) -> dict[str, Scenario]:
 
 
 def _search_all(scenario: Scenario, arms: dict[str, Scenario], folder: Path, say: Printer,
-                previous: dict[str, CapacityDocument]) -> CapacityOutcome:
+                previous: dict[str, CapacityDocument]) -> Outcome:
     if list(arms) == [""]:
         CapacitySearch(scenario, arms[""], folder, say, None, previous.get("")).run()
     else:
@@ -376,11 +367,10 @@ def _search_all(scenario: Scenario, arms: dict[str, Scenario], folder: Path, say
             variant_dir = folder / VARIANTS_DIR / name
             variant_dir.mkdir(parents=True, exist_ok=True)
             CapacitySearch(scenario, arm, variant_dir, say, name, previous.get(name)).run()
-    rendered = render_capacity(folder)
-    return CapacityOutcome(folder, ExitCode(rendered.exit_code), rendered)
+    return capacity_outcome(folder, render_capacity(folder))
 
 
-def run_capacity(scenario: Scenario, runs_root: Path, say: Printer = print) -> CapacityOutcome:
+def run_capacity(scenario: Scenario, runs_root: Path, say: Printer = print) -> Outcome:
     """Search the scenario's capacity (each variant's, when it has variants) in a new folder."""
     arms = _check(scenario, runs_root)
     folder = new_run_dir(runs_root, f"{scenario.name}-capacity")
@@ -388,19 +378,19 @@ def run_capacity(scenario: Scenario, runs_root: Path, say: Printer = print) -> C
     try:
         return _search_all(scenario, arms, folder, say, {})
     except ScenarioError:  # decided once a server answered (a model name it does not list)
-        if not is_capacity_folder(folder):  # no step recorded: nothing worth keeping
+        if folder_kind(folder) is not FolderKind.CAPACITY:  # no step recorded
             shutil.rmtree(folder, ignore_errors=True)
         raise
     except KeyboardInterrupt:
         say("interrupted: the steps so far are in capacity.json; `vllm-slo capacity --resume "
             f"{folder}` goes on")
-        if is_capacity_folder(folder):  # at least one step was recorded
+        if folder_kind(folder) is FolderKind.CAPACITY:  # at least one step was recorded
             render_capacity(folder)
         raise
 
 
 def resume_capacity(folder: Path, say: Printer = print, overrides: Sequence[str] = ()
-                    ) -> CapacityOutcome:
+                    ) -> Outcome:
     """Go on with an interrupted search: finished trials kept, the running one continued
     from its steps on a fresh server."""
     if (folder / TUNE_SCENARIO_FILE).is_file():

@@ -1,26 +1,5 @@
-"""`vllm-slo`: a thin command line over the library. `main(argv) -> int` only parses and calls.
-
-    vllm-slo run scenario=chat [dotted.key=value ...]     (also: vllm-slo scenario=chat ...)
-    vllm-slo run --resume RUN_DIR [key=secret ...]          continue an interrupted experiment
-    vllm-slo tune scenario=NAME [dotted.key=value ...]    search the scenario's tune space
-    vllm-slo tune --resume RUN_DIR [key=secret ...]         continue an interrupted tune
-    vllm-slo capacity scenario=NAME [dotted.key=value ...]  the highest load within the SLOs
-    vllm-slo capacity --resume DIR [key=secret ...]         continue an interrupted search
-    vllm-slo report RUN_DIR                                 re-render a run folder's outputs
-    vllm-slo compare RUN_A RUN_B [...]                      compare saved runs (trial level)
-    vllm-slo gate CANDIDATE --baseline BASELINE --margin 5%   release gate (non-inferiority)
-    vllm-slo plan RUN_DIR [--effect 10%]                    trials needed, from a pilot
-    vllm-slo import vllm-bench FILE.json... [--out DIR] [--label L]... [--instance NAME]
-             `vllm bench serve` results (--save-result --save-detailed) as a run folder or
-             an experiment
-    vllm-slo scenarios                                      list shipped scenarios
-    vllm-slo worker --master HOST:PORT --token=T            a Locust worker for a run with
-             traffic.remote_workers (it prints this command); exit 3: the master refused it
-
-Exit codes: 0 all SLOs pass · 1 an SLO failed · 2 usage/config error (also: a malformed
-imported file) · 3 inconclusive · 4 the measurement is invalid (server died, no successful
-request, interrupted).
-"""
+"""The `vllm-slo` command: parses the command line, calls the command's driver, prints the
+Outcome's text and exits with its code; errors become one line and an exit code (below)."""
 
 from __future__ import annotations
 
@@ -35,13 +14,37 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from vllm_slo.outcome import Outcome
 from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.run_folder.file_writes import OutputWriteError
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 from vllm_slo.scenarios.loader import load_scenario, shipped_scenarios
+from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import load_plugins, plugin_in_traceback
 
-USAGE = __doc__ or ""
+DESCRIPTION = """\
+Load-test a vLLM server against SLOs: launch it (or attach to one), drive Locust traffic,
+and decide each SLO from confidence intervals (PASS, FAIL or INCONCLUSIVE).
+
+commands:
+  run scenario=NAME [key=value ...]       one run, or an experiment of its variants
+                                          (also: vllm-slo scenario=NAME ...)
+  tune scenario=NAME [key=value ...]      search the scenario's tune: space over server args
+  capacity scenario=NAME [key=value ...]  the highest load carried within the SLOs
+  report RUN_DIR                          re-render a run, experiment, tune or capacity folder
+  compare RUN_A RUN_B [...]               compare saved runs (the first is the baseline)
+  gate CANDIDATE --baseline BASELINE      release gate: the candidate no worse than baseline
+  plan RUN_DIR [--effect 10%]             trials needed to detect a change, from a pilot
+  import vllm-bench FILE.json ...         `vllm bench serve` results as a run or experiment
+  scenarios                               list the shipped scenarios
+  worker --master HOST:PORT --token=T     lend this host's Locust worker to a run
+  run, tune and capacity take --resume DIR to continue an interrupted folder.
+
+exit codes: 0 every SLO passed · 1 an SLO failed · 2 usage or config error · 3 inconclusive
+· 4 the measurement is invalid (server died, client saturated, interrupted)
+
+`vllm-slo COMMAND --help` tells a command's options; docs/ has the manual.
+"""
 Writer = Callable[[str], None]
 
 
@@ -103,7 +106,7 @@ def _split_run_arguments(arguments: Sequence[str]) -> tuple[str, list[str]]:
 
 def _no_scenario_on_resume(arguments: Sequence[str], what: str) -> None:
     """--resume goes on with the folder's own scenario; its key=value arguments may only give
-    again the credentials the folder hides (experiment_runner.resumable_scenario)."""
+    again the credentials the folder hides (reports/trial_folders.resumable_scenario)."""
     given = [a for a in arguments if a.startswith("scenario=")]
     if given:
         raise ScenarioError(f"--resume continues {what} as it was started; it takes no "
@@ -111,67 +114,52 @@ def _no_scenario_on_resume(arguments: Sequence[str], what: str) -> None:
                             "again the credentials its folder holds as ***")
 
 
-def command_run(arguments: Sequence[str], runs_root: Path, say: Writer, force: bool = False,
-                resume: Path | None = None) -> int:
-    # heavy imports only when running
-    from vllm_slo.experiment_runner import resume_experiment, run_experiment
-    from vllm_slo.reports.render.text import exit_code_line
-
-    if resume is not None:
-        _no_scenario_on_resume(arguments, f"the experiment in {resume}")
-        outcome = resume_experiment(resume, say, arguments)
-        assert outcome.rendered is not None  # an experiment always writes its report
-        slo_count = sum(len(variant["slos"])
-                        for variant in outcome.rendered.summary["variants"].values())
-    else:
-        scenario_ref, overrides = _split_run_arguments(arguments)
-        scenario, path = load_scenario(scenario_ref, overrides)
-        say(f"scenario {scenario.name} from {path}")
-        outcome = run_experiment(scenario, runs_root, say, force)
-        slo_count = len(scenario.slo.rules())
-    if outcome.rendered is not None:
-        say("\n" + outcome.rendered.text)
-        say(f"\nreport: {outcome.rendered.report_path}")
-    say(exit_code_line(int(outcome.exit_code), slo_count))
-    return int(outcome.exit_code)
+def _scenario(arguments: Sequence[str], say: Writer) -> Scenario:
+    scenario_ref, overrides = _split_run_arguments(arguments)
+    scenario, path = load_scenario(scenario_ref, overrides)
+    say(f"scenario {scenario.name} from {path}")
+    return scenario
 
 
-def command_tune(arguments: Sequence[str], resume: Path | None, runs_root: Path,
-                 say: Writer) -> int:
-    from vllm_slo.tuner import resume_tune, run_tune  # heavy imports only when tuning
-
-    if resume is not None:
-        _no_scenario_on_resume(arguments, f"the tune in {resume}")
-        outcome = resume_tune(resume, say, arguments)
-    else:
-        scenario_ref, overrides = _split_run_arguments(arguments)
-        scenario, path = load_scenario(scenario_ref, overrides)
-        say(f"scenario {scenario.name} from {path}")
-        outcome = run_tune(scenario, runs_root, say)
-    rendered = outcome.rendered
-    assert rendered is not None  # a tune always writes its report (Tuner.run)
-    say("\n" + rendered.text)
-    say(f"\ntune report: {rendered.report_path}")
-    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
-    return int(outcome.exit_code)
+def _races(scenario: Scenario) -> bool:
+    """A tune whose objective is capacity is a race of capacity searches."""
+    return scenario.tune is not None and scenario.tune.objective == "capacity"
 
 
-def command_capacity(arguments: Sequence[str], resume: Path | None, runs_root: Path,
-                     say: Writer) -> int:
+def command_run(options: argparse.Namespace, say: Writer) -> Outcome:
+    from vllm_slo.experiment_runner import resume_experiment, run_experiment  # heavy imports
+
+    if options.resume is not None:
+        _no_scenario_on_resume(options.arguments, f"the experiment in {options.resume}")
+        return resume_experiment(options.resume, say, options.arguments)
+    return run_experiment(_scenario(options.arguments, say), options.runs_dir, say,
+                          options.force)
+
+
+def command_tune(options: argparse.Namespace, say: Writer) -> Outcome:
+    from vllm_slo.capacity_race import resume_capacity_race, run_capacity_race
+    from vllm_slo.tuner import resume_tune, run_tune, tune_folder_scenario
+
+    if options.resume is not None:
+        _no_scenario_on_resume(options.arguments, f"the tune in {options.resume}")
+        scenario = tune_folder_scenario(options.resume, options.arguments)
+        if _races(scenario):
+            return resume_capacity_race(scenario, options.resume, say)
+        return resume_tune(scenario, options.resume, say)
+    scenario = _scenario(options.arguments, say)
+    if _races(scenario):
+        return run_capacity_race(scenario, options.runs_dir, say)
+    return run_tune(scenario, options.runs_dir, say)
+
+
+def command_capacity(options: argparse.Namespace, say: Writer) -> Outcome:
     from vllm_slo.capacity_runner import resume_capacity, run_capacity  # heavy imports
 
-    if resume is not None:
-        _no_scenario_on_resume(arguments, f"the capacity search in {resume}")
-        outcome = resume_capacity(resume, say, arguments)
-    else:
-        scenario_ref, overrides = _split_run_arguments(arguments)
-        scenario, path = load_scenario(scenario_ref, overrides)
-        say(f"scenario {scenario.name} from {path}")
-        outcome = run_capacity(scenario, runs_root, say)
-    say("\n" + outcome.rendered.text)
-    say(f"\ncapacity report: {outcome.rendered.report_path}")
-    say(f"exit code {int(outcome.exit_code)} ({outcome.exit_code.name})")
-    return int(outcome.exit_code)
+    if options.resume is not None:
+        _no_scenario_on_resume(options.arguments,
+                               f"the capacity search in {options.resume}")
+        return resume_capacity(options.resume, say, options.arguments)
+    return run_capacity(_scenario(options.arguments, say), options.runs_dir, say)
 
 
 def _percent(text: str) -> float:
@@ -183,7 +171,7 @@ def _percent(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-slo", description=USAGE,
+    parser = argparse.ArgumentParser(prog="vllm-slo", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"),
                         help="where run folders are created, relative to the current "
@@ -289,49 +277,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dispatch(options: argparse.Namespace, say: Writer) -> int:
-    """Call the library for one parsed command; print its text; return its exit code."""
+def _dispatch(options: argparse.Namespace, say: Writer) -> Outcome:
+    """Call the library for one parsed command; its Outcome."""
     if options.command == "run":
-        return command_run(options.arguments, options.runs_dir, say, options.force,
-                           options.resume)
+        return command_run(options, say)
     if options.command == "tune":
-        return command_tune(options.arguments, options.resume, options.runs_dir, say)
+        return command_tune(options, say)
     if options.command == "capacity":
-        return command_capacity(options.arguments, options.resume, options.runs_dir, say)
+        return command_capacity(options, say)
     if options.command == "worker":
         from vllm_slo.loadtests.locust_launcher import exec_worker
 
         exec_worker(options.master, options.token)  # returns only when it could not start
-        return ExitCode.USAGE_ERROR
+        return Outcome(None, ExitCode.USAGE_ERROR, "")
     if options.command == "scenarios":
-        say("\n".join(shipped_scenarios()))
-        return ExitCode.PASS
+        return Outcome(None, ExitCode.PASS, "\n".join(shipped_scenarios()))
     if options.command == "import":
         from vllm_slo.vllm_bench.command import import_vllm_bench
 
-        result = import_vllm_bench(options.files, options.out, options.label, options.variant,
-                                   options.slo_from, options.latency_from, options.runs_dir,
-                                   options.instance)
-        say(result.text)
-        return int(result.exit_code)
+        return import_vllm_bench(options.files, options.out, options.label, options.variant,
+                                 options.slo_from, options.latency_from, options.runs_dir,
+                                 options.instance)
     from vllm_slo import saved_runs  # heavy imports only for the saved-run commands
 
     if options.command == "report":
-        result = saved_runs.report_saved_run(options.run_dir)
-    elif options.command == "compare":
-        result = saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha,
-                                               options.out, options.runs_dir, options.force,
-                                               options.test, options.within_instance)
-    elif options.command == "gate":
-        result = saved_runs.gate_saved_runs(options.candidate, options.baseline,
-                                            options.margin, options.cells, options.force,
-                                            options.alpha, options.test,
-                                            options.within_instance)
-    else:
-        result = saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha,
-                                           options.margin)
-    say(result.text)
-    return int(result.exit_code)
+        return saved_runs.report_saved_run(options.run_dir)
+    if options.command == "compare":
+        return saved_runs.compare_saved_runs(options.run_dirs, options.cells, options.alpha,
+                                             options.out, options.runs_dir, options.force,
+                                             options.test, options.within_instance)
+    if options.command == "gate":
+        return saved_runs.gate_saved_runs(options.candidate, options.baseline,
+                                          options.margin, options.cells, options.force,
+                                          options.alpha, options.test,
+                                          options.within_instance)
+    return saved_runs.plan_saved_run(options.run_dir, options.effect, options.alpha,
+                                     options.margin)
 
 
 class StopSignals:
@@ -462,7 +443,10 @@ def main(argv: Sequence[str] | None = None, say: Writer = _stdout,
     signal.signal(signal.SIGINT, stop)
     try:
         load_plugins()  # modules that register metrics or profiles (VLLM_SLO_PLUGINS)
-        return _dispatch(options, say)
+        outcome = _dispatch(options, say)
+        if outcome.text:
+            say(outcome.text)
+        return int(outcome.exit_code)
     except OutputWriteError as error:
         return _report_write_failure(error, say, complain)
     except SloSuiteError as error:

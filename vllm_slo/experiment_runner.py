@@ -34,6 +34,7 @@ from vllm_slo.analysis.experiment_design import (
     refusal_line,
     sequential_design,
     time_estimate,
+    trial_order,
 )
 from vllm_slo.analysis.experiment_summary import (
     DecisionEntry,
@@ -42,60 +43,34 @@ from vllm_slo.analysis.experiment_summary import (
     look_decisions,
     looks_taken,
 )
-from vllm_slo.analysis.trials import TrialOutcome
-from vllm_slo.redaction import REDACTED, redact_secrets, redacted_keys
+from vllm_slo.outcome import Outcome, run_reported
+from vllm_slo.preflight import Printer, check_before_run, platform_of
+from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.experiment_report import read_stopping, render_experiment
-from vllm_slo.reports.run_report import INTERRUPTED_REASON
-from vllm_slo.reports.trial_folders import DAMAGE, collect_trials, damage_reason, naming
-from vllm_slo.run_folder.file_writes import write_atomic
+from vllm_slo.reports.run_report import RenderedRun
+from vllm_slo.reports.trial_folders import collect_trials, resumable_scenario, trial_complete
+from vllm_slo.run_folder.file_writes import new_run_dir, write_atomic
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import (
     SCENARIO_FILE,
     STOPPING_FILE,
-    SUMMARY_FILE,
     TRIALS_DIR,
+    trial_folder_name,
 )
-from vllm_slo.runner import (
-    Printer,
-    RunOutcome,
-    check_before_run,
-    new_run_dir,
-    platform_of,
-    run_scenario,
-    run_trial,
-)
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.runner import run_scenario, run_trial
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import (
-    apply_override,
-    check_repeated_overrides,
-    parse_override,
     resolve_variants,
 )
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.plugins import unregistered_hint
 from vllm_slo.serialise import to_json
 from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.side_by_side import PlacedTrial, place, run_round
 from vllm_slo.stats.sequential import CellDecision
 
 
-def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
-    """Balanced interleaving: round r runs the variants forward when r is even, backward when
-    odd (A B, B A, A B, ...), so drift over time hits every variant alike.
-    Returns (variant, trial number from 1) in execution order."""
-    order: list[tuple[str, int]] = []
-    for round_index in range(trials):
-        names = variant_names if round_index % 2 == 0 else list(reversed(variant_names))
-        order.extend((name, round_index + 1) for name in names)
-    return order
-
-
-def trial_folder_name(position: int, variant: str, trial: int) -> str:
-    return f"{position:03d}-{variant or 'run'}-{trial}"
-
-
 def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print,
-                   force: bool = False) -> RunOutcome:
+                   force: bool = False) -> Outcome:
     """A new experiment folder for the scenario: the design checked (an experiment that can
     never decide is refused, ScenarioError, no folder, unless `force`), the expected server
     time printed with the plan, then its rounds until the design stops them."""
@@ -128,7 +103,7 @@ def run_experiment(scenario: Scenario, runs_root: Path, say: Printer = print,
 
 
 def resume_experiment(run_dir: Path, say: Printer = print,
-                      overrides: Sequence[str] = ()) -> RunOutcome:
+                      overrides: Sequence[str] = ()) -> Outcome:
     """Continue an interrupted experiment from its folder: its complete trials are kept, a
     trial cut short (or whose summary.json is unreadable) runs again, the round order goes on
     where it stopped (the looks so far are replayed from the trials on disk: they are a pure
@@ -140,44 +115,11 @@ def resume_experiment(run_dir: Path, say: Printer = print,
     stopping = read_stopping(run_dir)
     if stopping is not None and stopping.reason != "interrupted":
         say(f"{run_dir}: {stopping.text}; nothing to resume")
-        rendered = render_experiment(run_dir)
-        return RunOutcome(run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+        return _reported(run_dir, render_experiment(run_dir))
     scenario = resumable_scenario(run_dir / SCENARIO_FILE, overrides,
                                   f"vllm-slo run --resume {run_dir}")
     say(f"resuming experiment {run_dir}")
     return _Rounds(scenario, resolve_variants(scenario), run_dir.resolve(), say).run()
-
-
-def resumable_scenario(path: Path, overrides: Sequence[str], command: str) -> Scenario:
-    """The scenario a resumed experiment or tune runs: its folder's copy at `path` (damaged:
-    a usage error naming it), where the credentials the copy hides as `***` (never written:
-    reports.redaction) are given again as `overrides` on the resume command line. Anything
-    else is refused (the experiment goes on as it was started), and so is a hidden value not
-    given again: the trials would launch or attach with `***` as the credential."""
-    with naming(path):
-        document = yaml.safe_load(path.read_text())
-        if not isinstance(document, dict):
-            raise ValueError(f"expected a scenario mapping, got {type(document).__name__}")
-    hidden = redacted_keys(document)
-    parsed = [parse_override(text) for text in overrides]
-    check_repeated_overrides(parsed)
-    for override in parsed:  # the key only in the message: the value may be a secret
-        if override.dotted_key not in hidden:
-            raise ScenarioError(
-                f"{command}: override {override.dotted_key}: a resumed run goes on as it was "
-                f"started; the command line may only give again what {path.name} hides as "
-                f"{REDACTED} ({', '.join(hidden) if hidden else 'nothing here'})")
-        apply_override(document, override)
-    missing = [key for key in hidden if key not in {o.dotted_key for o in parsed}]
-    if missing:
-        raise ScenarioError(
-            f"{path} holds {', '.join(missing)} as {REDACTED} (credentials are never written): "
-            f"give {'it' if len(missing) == 1 else 'them'} again, "
-            f"{command} {' '.join(f'{key}=VALUE' for key in missing)}; or keep secrets in the "
-            "environment (server.api_key_env names the API key's variable; a launched server "
-            "inherits the environment, HF_TOKEN included)")
-    with naming(path, unregistered_hint(document)):  # a plugin's metric or profile
-        return Scenario.model_validate(document)
 
 
 def startup_estimate(runs_root: Path, scenario: Scenario) -> tuple[float, str]:
@@ -204,20 +146,9 @@ def startup_estimate(runs_root: Path, scenario: Scenario) -> tuple[float, str]:
     return default, f"default for {platform}: no earlier run of {scenario.name} measured one"
 
 
-def trial_complete(folder: Path, say: Printer | None = None) -> bool:
-    """A trial folder whose summary.json says it ran to its end. One cut short, or whose
-    summary.json is unreadable (said through `say`), is not: it runs again."""
-    summary = folder / SUMMARY_FILE
-    if not summary.is_file():
-        return False
-    try:
-        outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
-    except DAMAGE as error:
-        if say is not None:
-            say(f"{summary} is damaged or unreadable ({damage_reason(error)}): the trial "
-                "runs again")
-        return False
-    return INTERRUPTED_REASON not in outcome.invalid_reasons
+def _reported(run_dir: Path, rendered: RenderedRun) -> Outcome:
+    return run_reported(run_dir, rendered.exit_code, rendered.text, rendered.report_path,
+                        rendered.slo_count)
 
 
 class _Rounds:
@@ -239,7 +170,7 @@ class _Rounds:
         name, trial = self.order[position - 1]
         return self.run_dir / TRIALS_DIR / trial_folder_name(position, name, trial)
 
-    def run(self) -> RunOutcome:
+    def run(self) -> Outcome:
         started = time.monotonic()
         budget_s = self.scenario.trials.budget_s
         action = NextAction.another("")
@@ -268,8 +199,8 @@ class _Rounds:
                 self.say(f"stop after round {rounds}: {action.reason} ({action.detail})")
                 break
         stopping = self._write(action, rounds, self.elapsed_before_s + time.monotonic() - started)
-        rendered = render_experiment(self.run_dir, interrupted=stopping.reason == "interrupted")
-        return RunOutcome(self.run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+        return _reported(self.run_dir, render_experiment(
+            self.run_dir, interrupted=stopping.reason == "interrupted"))
 
     def _write(self, action: NextAction, rounds: int, elapsed_s: float) -> Stopping:
         """stopping.json: final when the action stops, `interrupted` (resumable) until then;
@@ -319,7 +250,7 @@ class _Rounds:
                 _, rendered = run_trial(self.arms[name], folder, self.say)
             except KeyboardInterrupt:  # a signal before the trial's own handling began
                 return True
-            if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
+            if rendered.interrupted:
                 return True
         return False
 
@@ -344,5 +275,4 @@ class _Rounds:
         self.say(f"\n=== round {round_index + 1}/{self.scenario.max_trials}, side by side: "
                  + "; ".join(trial.label for trial in placed) + " ===")
         results, stopped = run_round(placed, self.say)
-        return stopped or any(INTERRUPTED_REASON in rendered.summary["invalid_reasons"]
-                              for _, rendered in results)
+        return stopped or any(rendered.interrupted for _, rendered in results)

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 import yaml
 
 from vllm_slo.analysis.outages import table_outages
-from vllm_slo.loadtests.arrivals import arrival_offsets_s
 from vllm_slo.loadtests.locust_launcher import (
     resolve_workers,
     run_locust,
@@ -29,12 +28,16 @@ from vllm_slo.loadtests.locust_launcher import (
 from vllm_slo.loadtests.lora_split import unserved_names
 from vllm_slo.loadtests.openai_stream import PATHS, request_body
 from vllm_slo.loadtests.plan import RequestPlan, build_plan, write_plan
-from vllm_slo.loadtests.profiles import PROFILES
-from vllm_slo.loadtests.profiles.sharegpt import sharegpt_path
-from vllm_slo.loadtests.profiles.trace import check_trace
-from vllm_slo.loadtests.prompts import flatten_for_completions, load_sharegpt
+from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.remote_rows import TOKEN_ENV
 from vllm_slo.loadtests.tokens import TokenCounter, local_token_counter, server_token_counter
+from vllm_slo.outcome import Outcome, run_reported
+from vllm_slo.preflight import (
+    Printer,
+    check_before_run,
+    planned_request_count,
+    platform_of,
+)
 from vllm_slo.redaction import (
     redact_secrets,
     redact_text,
@@ -43,7 +46,7 @@ from vllm_slo.redaction import (
 )
 from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.samples import consolidate, read_streams, stream_files
-from vllm_slo.run_folder.file_writes import unique_folder
+from vllm_slo.run_folder.file_writes import new_run_dir
 from vllm_slo.run_folder.locust_config import LocustConfig
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.remote_workers import RemoteWorkers
@@ -56,14 +59,12 @@ from vllm_slo.run_folder.run_files import (
 )
 from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
-from vllm_slo.scenarios.loader import resolve_variants
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.profile_specs import ShareGptSpec
 from vllm_slo.scenarios.server_spec import ServerSpec
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 from vllm_slo.serialise import to_json
 from vllm_slo.servers.core_split import NO_SPLIT
-from vllm_slo.servers.host import detect_platform, git_commit, host_facts
+from vllm_slo.servers.host import git_commit, host_facts
 from vllm_slo.servers.metrics_scrape import MetricsRecorder, scrape
 from vllm_slo.servers.readiness import ReadyServer
 from vllm_slo.servers.server_facts import describe, facts_from_metrics, server_facts
@@ -71,85 +72,8 @@ from vllm_slo.servers.vllm_args import validate_server_args
 from vllm_slo.servers.vllm_server import AttachedServer, VllmServer, launch_vllm
 from vllm_slo.transport.http_stream import HttpStreamClient
 
-Printer = Callable[[str], None]
 # a source checkout (git) when the suite runs from one; an installed wheel has no commit
 SOURCE_CHECKOUT = Path(__file__).resolve().parent.parent
-MAX_CLOSED_LOOP_PLAN = 20_000
-MAX_OPEN_LOOP_PLAN = 10_000_000  # requests a schedule may hold (rate × planned seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    run_dir: Path
-    exit_code: ExitCode
-    rendered: RenderedRun | None
-
-
-def check_runs_root(runs_root: Path) -> None:
-    """The runs folder can hold run folders: it is a folder, or can become one."""
-    ancestor = runs_root.absolute()
-    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        what = "it" if ancestor == runs_root.absolute() else f"{ancestor}"
-        raise ScenarioError(f"--runs-dir {runs_root}: {what} is not a folder (a file, a broken "
-                            "link or a link loop); run folders are created inside a folder")
-
-
-def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
-    check_runs_root(runs_root)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    runs_root = runs_root.resolve()  # relative to where the user stands, absolute from here on
-    try:  # an exclusive mkdir: runs started in one second get -2, -3, even concurrently
-        return unique_folder(runs_root, f"{stamp}-{scenario_name}")
-    except OSError as error:
-        raise ScenarioError(f"--runs-dir {runs_root}: cannot create the run folder "
-                            f"{stamp}-{scenario_name}: {error.strerror or error}") from None
-
-
-def check_traffic_inputs(traffic: TrafficSpec, where: str = "") -> None:
-    """What the traffic reads from disk, read before a run folder or a server exists (a usage
-    error must leave no folder and start no server): traffic.tokenizer loads, a ShareGPT file
-    holds at least one well-formed conversation, the part of a trace the run replays reads
-    cleanly, an open-loop schedule is of a plannable size. `where` names a variant
-    (`variants.b: `)."""
-    if traffic.tokenizer:
-        try:
-            local_token_counter(traffic.tokenizer)
-        except ValueError as error:
-            raise ScenarioError(f"{where}traffic.tokenizer = {traffic.tokenizer!r}: "
-                                f"{error}") from None
-    if traffic.profile == "sharegpt":
-        path = sharegpt_path(traffic.settings(ShareGptSpec))
-        try:
-            entries = load_sharegpt(path)
-        except ValueError as error:
-            raise ScenarioError(f"{where}traffic.sharegpt: {error}") from None
-        reasons = [entry for entry in entries if isinstance(entry, str)]
-        if len(reasons) == len(entries):
-            raise ScenarioError(
-                f"{where}traffic.sharegpt: {path}: no entry is a usable conversation "
-                f"({len(entries)} malformed; the first: {reasons[0]})")
-    if traffic.profile == "trace":
-        try:
-            check_trace(traffic, planned_request_count(traffic))
-        except ValueError as error:
-            raise ScenarioError(f"{where}traffic.trace: {error}") from None
-    rate = traffic.arrival.peak_rate()
-    if traffic.arrival.open_loop and rate is not None \
-            and rate * traffic.total_s > MAX_OPEN_LOOP_PLAN:
-        raise ScenarioError(
-            f"{where}traffic.arrival: {rate:g} req/s over {traffic.total_s:g} s plans about "
-            f"{rate * traffic.total_s:,.0f} requests; at most {MAX_OPEN_LOOP_PLAN:,} a run "
-            "(lower the rate or traffic.duration, or split the run)")
-
-
-def check_before_run(scenario: Scenario, runs_root: Path) -> None:
-    """Every usage error a run could meet before its server is up, raised before any folder
-    is made: the runs folder, and each arm's traffic inputs."""
-    check_runs_root(runs_root)
-    for name, arm in resolve_variants(scenario).items():
-        check_traffic_inputs(arm.traffic, f"variants.{name}: " if name else "")
 
 
 def _version(distribution: str) -> str | None:
@@ -186,23 +110,6 @@ def _token_counter(traffic: TrafficSpec, model_path: str | None, base_url: str,
     if model_path and (Path(model_path) / "tokenizer.json").is_file():
         return local_token_counter(model_path)
     return server_token_counter(base_url, model_id, api_key)
-
-
-def planned_request_count(traffic: TrafficSpec) -> int:
-    """How many requests the plan needs: the schedule's length (open loop), or a generous
-    bound for closed loop (users × the requests a user has in flight at once, an agent's
-    sub-agents, × time / max(think time, 50 ms)); closed loops cycle the plan if they outrun
-    it, and the report counts reused prompts."""
-    if traffic.arrival.kind == "trace":  # the trace's records in the run's time decide
-        return MAX_OPEN_LOOP_PLAN
-    if traffic.arrival.open_loop:
-        return max(1, arrival_offsets_s(traffic.arrival, traffic.total_s, traffic.seed).size)
-    users = traffic.arrival.users if traffic.arrival.kind != "stages" else max(
-        stage.users or 0 for stage in traffic.arrival.stages)
-    profile = PROFILES[traffic.profile]
-    per_user = (profile.streams_per_user(traffic) * traffic.total_s
-                / max(traffic.arrival.think_time_s, profile.fastest_request_s))
-    return int(min(MAX_CLOSED_LOOP_PLAN, max(64, users * per_user)))
 
 
 def prepare_plan(traffic: TrafficSpec, model_path: str | None, base_url: str, model_id: str,
@@ -281,11 +188,7 @@ def _launch_log(server: VllmServer | AttachedServer) -> str:
         return ""
 
 
-def platform_of(spec: ServerSpec) -> str:
-    return detect_platform() if spec.platform == "auto" else spec.platform
-
-
-def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> RunOutcome:
+def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> Outcome:
     check_before_run(scenario, runs_root)
     validate_server_args([("", scenario.server)], platform_of(scenario.server))
     run_dir = new_run_dir(runs_root, scenario.name)
@@ -295,7 +198,8 @@ def run_scenario(scenario: Scenario, runs_root: Path, say: Printer = print) -> R
         shutil.rmtree(run_dir, ignore_errors=True)
         say(f"run folder removed: {run_dir} (a usage error; no traffic was sent)")
         raise
-    return RunOutcome(run_dir, exit_code, rendered)
+    return run_reported(run_dir, exit_code, rendered.text, rendered.report_path,
+                        len(scenario.slo.rules()))
 
 
 def _scrubbed(text: str, spec: ServerSpec, api_key: str | None) -> str:
@@ -604,7 +508,7 @@ def _collect_phase(trial: _Trial) -> None:
 def _report_phase(trial: _Trial) -> tuple[ExitCode, RenderedRun]:
     """Report: summary, verdicts and reports rendered from the run folder; the exit code."""
     rendered = render_run(trial.run_dir)
-    return ExitCode(rendered.summary["exit_code"]), rendered
+    return rendered.exit_code, rendered
 
 
 def _measure(trial: _Trial, served: _Served,

@@ -29,17 +29,19 @@ from vllm_slo.analysis.comparison import (
 )
 from vllm_slo.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.analysis.trials import Trial
+from vllm_slo.outcome import Outcome, verdict_line
+from vllm_slo.reports.capacity_report import RenderedCapacity
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment
 from vllm_slo.reports.render.experiment_text import render_comparison_text
 from vllm_slo.reports.render.text import format_trials_needed
-from vllm_slo.reports.run_report import render_run
+from vllm_slo.reports.run_report import RenderedRun, render_run
 from vllm_slo.reports.trial_folders import (
     collect_trials,
-    is_experiment,
     read_scenario,
     trial_folders,
 )
 from vllm_slo.run_folder.file_writes import unique_folder
+from vllm_slo.run_folder.folder_kind import TRIAL_KINDS, FolderKind, folder_kind
 from vllm_slo.run_folder.run_files import TRIALS_DIR
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.metrics import parse_cell, split_cell
@@ -54,13 +56,6 @@ from vllm_slo.stats.statistics import Verdict
 from vllm_slo.stats.trial_statistics import TrialTest
 
 GATE_IDENTITY = ("model_id", "vllm_version", "host", "workload")
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    text: str
-    exit_code: ExitCode
-    report_path: Path | None = None
 
 
 def _check_range(flag: str, value: float, low: float, high: float, *,
@@ -111,7 +106,7 @@ def groups_of(run_dir: Path) -> list[Group]:
     if not trials:
         raise ScenarioError(f"{run_dir} holds no trial folder with a summary.json under "
                             f"{TRIALS_DIR}/ (an experiment that never finished a trial)")
-    if not is_experiment(run_dir):
+    if folder_kind(run_dir) not in TRIAL_KINDS:
         return [Group(run_dir.name, tuple(trials))]
     variants = list(dict.fromkeys(t.variant for t in trials))
 
@@ -167,7 +162,7 @@ def _same_trials(groups: Sequence[Group]) -> list[str]:
 def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, alpha: float,
                        out_dir: Path | None = None, runs_root: Path = Path("runs"),
                        force: bool = False, test: TrialTest | None = None,
-                       within_instance: bool = False) -> CommandResult:
+                       within_instance: bool = False) -> Outcome:
     """Compare saved runs (the first is the baseline) with `test` (default: the baseline
     scenario's `compare.test`): summary.json and report.html through
     the experiment summary builder and page, into `out_dir` (default: a new `compare-<UTC>`
@@ -180,11 +175,11 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
         raise ScenarioError("compare needs at least two run folders (the first is the baseline)")
     _check_range("--alpha", alpha, 0.0, 1.0)
     cells = check_cells(cells)
-    from vllm_slo.reports.capacity_report import compare_capacity_folders, is_capacity_folder
+    from vllm_slo.reports.capacity_report import compare_capacity_folders
 
-    if all(is_capacity_folder(run_dir) for run_dir in run_dirs):
+    if all(folder_kind(run_dir) is FolderKind.CAPACITY for run_dir in run_dirs):
         text, code = compare_capacity_folders(list(run_dirs), force=force)
-        return CommandResult(text, code)
+        return Outcome(None, code, text)
     groups = [group for run_dir in run_dirs for group in groups_of(run_dir)]
     check_cell_parts(cells, groups)
     repeated = _same_trials(groups)
@@ -226,8 +221,8 @@ def compare_saved_runs(run_dirs: Sequence[Path], cells: Sequence[str] | None, al
     text = render_comparison_text(summary)
     if written.step_summary_warning is not None:
         text += f"\nwarning: {written.step_summary_warning}"
-    return CommandResult(f"{text}\n\nreport: {written.report_path}", ExitCode.PASS,
-                         written.report_path)
+    return Outcome(out_dir, ExitCode.PASS, f"{text}\n\nreport: {written.report_path}",
+                   written.report_path)
 
 
 BENCH_WORKLOAD_KEYS = ("backend", "num_prompts", "request_rate", "burstiness",
@@ -304,18 +299,18 @@ def _single_group(run_dir: Path, role: str) -> Group:
 def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
                     cells: Sequence[str] | None, force: bool, alpha: float = 0.05,
                     test: TrialTest | None = None, within_instance: bool = False
-                    ) -> CommandResult:
+                    ) -> Outcome:
     """The release gate, decided from the judgement `compare` makes of the same folders
     (comparison.compare_pair: the test — `test`, default the baseline's compare.test —, Holm
     over the cells, instance means; < 2 instances on a side: INCONCLUSIVE, never FAIL, unless
     `within_instance`)."""
     _check_range("--margin", margin, 0.0, 1.0, low_included=True)
     _check_range("--alpha", alpha, 0.0, 1.0)
-    from vllm_slo.reports.capacity_report import gate_capacity_folders, is_capacity_folder
+    from vllm_slo.reports.capacity_report import gate_capacity_folders
 
-    if is_capacity_folder(candidate_dir) and is_capacity_folder(baseline_dir):
+    if folder_kind(candidate_dir) is folder_kind(baseline_dir) is FolderKind.CAPACITY:
         text, code = gate_capacity_folders(candidate_dir, baseline_dir, margin, force)
-        return CommandResult(text, code)
+        return Outcome(None, code, text)
     cells = check_cells(cells)
     candidate = _single_group(candidate_dir, "candidate")
     baseline = _single_group(baseline_dir, "baseline")
@@ -364,44 +359,41 @@ def gate_saved_runs(candidate_dir: Path, baseline_dir: Path, margin: float,
     verdicts = {item.result.verdict for item in results}
     code = (ExitCode.SLO_FAILED if Verdict.FAIL in verdicts else
             ExitCode.INCONCLUSIVE if Verdict.INCONCLUSIVE in verdicts else ExitCode.PASS)
-    lines.append(f"exit code {int(code)} ({code.name})")
-    return CommandResult("\n".join(lines), code)
+    lines.append(verdict_line(code))
+    return Outcome(None, code, "\n".join(lines))
 
 
-def report_saved_run(run_dir: Path) -> CommandResult:
-    """Rebuild every output of a run folder from the folder alone; an experiment re-renders
-    each trial's outputs first, then its own."""
+def report_saved_run(run_dir: Path) -> Outcome:
+    """Rebuild every output of a folder from the folder alone, by its kind: a tune's and an
+    experiment's trials are re-rendered first, then the folder's own outputs."""
     _run_folder(run_dir)
-    from vllm_slo.reports.capacity_report import is_capacity_folder, render_capacity
-    from vllm_slo.tuner import is_tune, report_tune
+    kind = folder_kind(run_dir)
+    if kind is FolderKind.CAPACITY:
+        from vllm_slo.reports.capacity_report import render_capacity
 
-    if is_capacity_folder(run_dir):
         capacity = render_capacity(run_dir)
-        return CommandResult(f"{capacity.text}\n\ncapacity report: {capacity.report_path}",
-                             ExitCode(capacity.exit_code), capacity.report_path)
-
-    if is_tune(run_dir):
-        for trial_dir, _, _ in trial_folders(run_dir) if is_experiment(run_dir) else []:
-            render_run(trial_dir)
-        outcome = report_tune(run_dir, say=lambda text: None)
-        rendered = outcome.rendered
-        assert rendered is not None  # a tune always writes its report (Tuner.run)
-        return CommandResult(f"{rendered.text}\n\ntune report: "
-                             f"{rendered.report_path}", outcome.exit_code,
-                             rendered.report_path)
-    if is_experiment(run_dir):
+        return Outcome(run_dir, capacity.exit_code,
+                       f"{capacity.text}\n\ncapacity report: {capacity.report_path}",
+                       capacity.report_path)
+    if kind is FolderKind.EXPERIMENT:
         read_scenario(run_dir)
-        for trial_dir, _, _ in trial_folders(run_dir):
-            render_run(trial_dir)  # reads a damaged trial as far as its data allow
-        rendered = render_experiment(run_dir)
+    for trial_dir, _, _ in trial_folders(run_dir) if kind in TRIAL_KINDS else []:
+        render_run(trial_dir)  # reads a damaged trial as far as its data allow
+    if kind is FolderKind.TUNE:
+        from vllm_slo.tuner import report_tune
+
+        rendered: RenderedRun | RenderedCapacity = report_tune(run_dir, say=lambda text: None)
+        label = "tune report"
     else:
-        rendered = render_run(run_dir)
-    return CommandResult(f"{rendered.text}\n\nreport: {rendered.report_path}",
-                         ExitCode(rendered.summary["exit_code"]), rendered.report_path)
+        rendered = render_experiment(run_dir) if kind is FolderKind.EXPERIMENT \
+            else render_run(run_dir)
+        label = "report"
+    return Outcome(run_dir, rendered.exit_code,
+                   f"{rendered.text}\n\n{label}: {rendered.report_path}", rendered.report_path)
 
 
 def plan_saved_run(run_dir: Path, effect: float, alpha: float,
-                   margin: float = 0.05) -> CommandResult:
+                   margin: float = 0.05) -> Outcome:
     """`vllm-slo plan`: exit 0 with a plan, 3 (INCONCLUSIVE) when the folder cannot estimate
     the restart-to-restart variation (no variant with >= 2 server instances)."""
     return _plan(run_dir, effect, alpha, margin)
@@ -426,7 +418,7 @@ def _cv_text(estimate: CvEstimate) -> str:
             f"{estimate.units}, df {estimate.df})")
 
 
-def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> CommandResult:
+def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> Outcome:
     """The CV of each compared cell across server instances (pooled log variance over the
     variants, `stats.plan_uncertainty`) with its chi-square interval, and the trials per
     variant at the estimate and at the upper bound, each cell at Holm's first-step level
@@ -465,8 +457,8 @@ def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> CommandR
             lines += ["trial-to-trial variation within one server instance (a lower bound on "
                       "the restart-to-restart variation, not a basis for a plan):",
                       *lower_bounds]
-        lines.append(f"exit code {int(code)} ({code.name})")
-        return CommandResult("\n".join(lines), code)
+        lines.append(verdict_line(code))
+        return Outcome(run_dir, code, "\n".join(lines))
     level = alpha / family
     lines = [f"trials per variant to detect a {effect:.0%} change at alpha {alpha:g} with 80% "
              f"power ({TEST_TEXT[test]}, the scenario's compare.test)",
@@ -495,4 +487,4 @@ def _plan(run_dir: Path, effect: float, alpha: float, margin: float) -> CommandR
             values = [float(v) for v in group.values(cell)]
             lines.append(f"    {group.label}: {shown} {trial_values_text(cell, values)}"
                          f" ({group.instances} instance(s))")
-    return CommandResult("\n".join(lines), ExitCode.PASS)
+    return Outcome(run_dir, ExitCode.PASS, "\n".join(lines))

@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_slo.preflight import Printer
 from vllm_slo.reports.run_report import RenderedRun
-from vllm_slo.runner import Printer, run_trial
+from vllm_slo.runner import run_trial
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.model import Scenario
 

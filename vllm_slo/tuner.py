@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from vllm_slo.analysis.comparison import Group
+from vllm_slo.analysis.experiment_design import trial_order
 from vllm_slo.analysis.experiment_summary import slo_across_trials
 from vllm_slo.analysis.quantised_cells import quantisation
 from vllm_slo.analysis.server_metrics import run_preemptions
@@ -49,18 +50,14 @@ from vllm_slo.analysis.tuning import (
     search_values,
     stop_reason,
 )
-from vllm_slo.capacity_runner import CapacityOutcome
-from vllm_slo.experiment_runner import (
-    resumable_scenario,
-    trial_complete,
-    trial_folder_name,
-    trial_order,
-)
+from vllm_slo.outcome import Outcome, reported, verdict_line
+from vllm_slo.preflight import Printer, check_before_run, platform_of
 from vllm_slo.redaction import redact_secrets
-from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
-from vllm_slo.reports.trial_folders import load_trial, naming
+from vllm_slo.reports.capacity_report import RenderedCapacity, render_capacity
+from vllm_slo.reports.run_report import RenderedRun, read_server_metrics
+from vllm_slo.reports.trial_folders import load_trial, naming, resumable_scenario, trial_complete
 from vllm_slo.reports.tune_report import write_tune
-from vllm_slo.run_folder.file_writes import write_atomic
+from vllm_slo.run_folder.file_writes import new_run_dir, write_atomic
 from vllm_slo.run_folder.run_files import (
     CANDIDATES_FILE,
     SERVER_FACTS_FILE,
@@ -69,16 +66,10 @@ from vllm_slo.run_folder.run_files import (
     SUMMARY_FILE,
     TRIALS_DIR,
     TUNE_SCENARIO_FILE,
+    trial_folder_name,
 )
-from vllm_slo.runner import (
-    Printer,
-    RunOutcome,
-    check_before_run,
-    new_run_dir,
-    platform_of,
-    run_trial,
-)
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError, ServerError
+from vllm_slo.runner import run_trial
+from vllm_slo.scenarios.errors import ScenarioError, ServerError
 from vllm_slo.scenarios.loader import deep_merge, resolve_variants
 from vllm_slo.scenarios.metrics import LATENCY_METRICS
 from vllm_slo.scenarios.model import Scenario
@@ -282,7 +273,7 @@ class Tune:
             write_atomic(folder / START_FAILURE_FILE, json.dumps({"error": str(error)}) + "\n")
             self.say(f"{candidate.name}: the server did not start:\n{error}")
             return
-        if INTERRUPTED_REASON in rendered.summary["invalid_reasons"]:
+        if rendered.interrupted:
             raise _Interrupted
 
     def result(self, candidate: Candidate) -> CandidateResult:
@@ -371,7 +362,7 @@ class Tune:
             saved = json.loads(path.read_text())
             return {args_key(entry["args"]) for entry in saved.values()}
 
-    def run(self) -> RunOutcome:
+    def run(self) -> RenderedRun:
         self.saved_keys = self._saved_keys()
         interrupted = False
         try:
@@ -390,22 +381,21 @@ class Tune:
             [self.results[name] for name in self.candidates if name in self.results],
             self.findings, latency_cell(self.base), THROUGHPUT_CELL, interrupted,
             resolve_model_path(self.base.server))
-        rendered = write_tune(self.run_dir, result)
-        return RunOutcome(self.run_dir, ExitCode(rendered.summary["exit_code"]), rendered)
+        return write_tune(self.run_dir, result)
 
 
 def _args_text(candidate: Candidate) -> str:
     return " ".join(f"{flag}={value}" for flag, value in candidate.changed.items()) or "as given"
 
 
-def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print
-             ) -> RunOutcome | CapacityOutcome:
-    """A new tune folder for the scenario's tune section, searched to its end (raced by
-    capacity with tune.objective: capacity, capacity_race.py)."""
-    if scenario.tune is not None and scenario.tune.objective == "capacity":
-        from vllm_slo.capacity_race import run_capacity_race
+def _tuned(run_dir: Path, rendered: RenderedRun) -> Outcome:
+    return reported(run_dir, rendered.exit_code, rendered.text, rendered.report_path,
+                    "tune report", verdict_line(rendered.exit_code))
 
-        return run_capacity_race(scenario, runs_root, say)
+
+def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print) -> Outcome:
+    """A new tune folder for the scenario's tune section, searched to its end (a tune with
+    `tune.objective: capacity` is a capacity race: capacity_race.py)."""
     tune = Tune(scenario, Path(), say)  # checks the tune section before a folder exists
     tune.check_grid()  # and the grid's args (cached: the search's own check is then instant)
     check_before_run(scenario, runs_root)  # the traffic's files and the runs folder
@@ -414,49 +404,36 @@ def run_tune(scenario: Scenario, runs_root: Path, say: Printer = print
                  yaml.safe_dump(redact_secrets(scenario.to_yaml_dict()), sort_keys=False))
     tune.run_dir = run_dir
     say(f"tune folder: {run_dir}")
-    return tune.run()
+    return _tuned(run_dir, tune.run())
 
 
-def is_tune(run_dir: Path) -> bool:
-    return (run_dir / TUNE_SCENARIO_FILE).is_file()
-
-
-def _saved_tune(run_dir: Path, say: Printer, run_missing: bool,
-                overrides: Sequence[str] = ()) -> Tune:
-    """The tune of a folder. To run its missing trials, the credentials its tune.yaml holds
-    as *** must be given again (`overrides`); a report runs nothing and needs none."""
-    if not is_tune(run_dir):
+def tune_folder_scenario(run_dir: Path, overrides: Sequence[str] | None = None) -> Scenario:
+    """A tune folder's scenario (tune.yaml). To run its missing trials (`overrides` given,
+    maybe none), the credentials its tune.yaml holds as *** must be given again; a report
+    (`overrides` None) runs nothing and needs none."""
+    path = run_dir / TUNE_SCENARIO_FILE
+    if not path.is_file():
         raise ScenarioError(f"{run_dir} is not a tune folder (no {TUNE_SCENARIO_FILE}); "
                             "start one with vllm-slo tune scenario=NAME")
-    path = run_dir / TUNE_SCENARIO_FILE
-    if run_missing:
-        scenario = resumable_scenario(path, overrides, f"vllm-slo tune --resume {run_dir}")
-    else:
-        with naming(path):
-            scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
-    return Tune(scenario, run_dir.resolve(), say, run_missing)
+    if overrides is not None:
+        return resumable_scenario(path, overrides, f"vllm-slo tune --resume {run_dir}")
+    with naming(path):
+        return Scenario.model_validate(yaml.safe_load(path.read_text()))
 
 
-def resume_tune(run_dir: Path, say: Printer = print, overrides: Sequence[str] = ()
-                ) -> RunOutcome | CapacityOutcome:
-    """Continue an interrupted tune from its folder: completed trials are kept; `overrides`
-    give again the credentials its tune.yaml hides (experiment_runner.resumable_scenario)."""
-    tune = _saved_tune(run_dir, say, run_missing=True, overrides=overrides)
-    if tune.spec.objective == "capacity":
-        from vllm_slo.capacity_race import resume_capacity_race
-
-        return resume_capacity_race(tune.scenario, run_dir, say)
+def resume_tune(scenario: Scenario, run_dir: Path, say: Printer = print) -> Outcome:
+    """Continue an interrupted tune from its folder (`tune_folder_scenario` read its
+    scenario): completed trials are kept."""
     say(f"resuming tune {run_dir}")
-    return tune.run()
+    return _tuned(run_dir, Tune(scenario, run_dir.resolve(), say, run_missing=True).run())
 
 
-def report_tune(run_dir: Path, say: Printer = print) -> RunOutcome | CapacityOutcome:
+def report_tune(run_dir: Path, say: Printer = print) -> RenderedRun | RenderedCapacity:
     """Re-render a tune folder's outputs from its trials as they are (`vllm-slo report`):
-    the search is replayed up to the first trial that is missing, nothing is run."""
-    tune = _saved_tune(run_dir, say, run_missing=False)
+    the search is replayed up to the first trial that is missing, nothing is run. A capacity
+    race that has searched no candidate yet renders as a capacity folder."""
+    scenario = tune_folder_scenario(run_dir)
+    tune = Tune(scenario, run_dir.resolve(), say, run_missing=False)
     if tune.spec.objective == "capacity":
-        from vllm_slo.reports.capacity_report import render_capacity
-
-        rendered = render_capacity(run_dir)
-        return CapacityOutcome(run_dir, ExitCode(rendered.exit_code), rendered)
+        return render_capacity(run_dir)
     return tune.run()

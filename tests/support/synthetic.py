@@ -264,7 +264,8 @@ def write_synthetic_experiment(root: Path, variants: dict[str, float], trials: i
     merged into it (e.g. a description) and `variant_patches` become the variants' patches
     (e.g. server args); `provenance` maps a variant to provenance entries of its trials;
     `server_failures` maps a trial position to a server failure (an invalid trial)."""
-    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.analysis.experiment_design import trial_order
+    from vllm_slo.run_folder.run_files import trial_folder_name
     from vllm_slo.scenarios.loader import deep_merge, load_scenario, resolve_variants
     scenario, _ = load_scenario("chat", [*EXPERIMENT_OVERRIDES, f"trials={trials}",
                                          f"traffic.seed={traffic_seed}", *overrides])
@@ -292,8 +293,9 @@ def write_experiment_from_rows(
     """An experiment folder of `scenario` (its variants, `trials.max` per variant, interleaved
     as a run does) whose trials hold the rows `rows_of_trial(variant, rng)` gives, each trial
     rendered; one generator seeded `seed` draws for every trial in run order."""
-    from vllm_slo.experiment_runner import trial_folder_name, trial_order
+    from vllm_slo.analysis.experiment_design import trial_order
     from vllm_slo.reports.run_report import render_run
+    from vllm_slo.run_folder.run_files import trial_folder_name
     from vllm_slo.scenarios.loader import resolve_variants
     root.mkdir(parents=True)
     (root / SCENARIO_FILE).write_text(yaml.safe_dump(scenario.to_yaml_dict()))

@@ -16,18 +16,13 @@ import pytest
 from vllm_slo.analysis.run_metrics import run_series, summarize
 from vllm_slo.analysis.sessions import session_series
 from vllm_slo.analysis.verdicts import evaluate_slos, goodput
+from vllm_slo.loadtests.agent_session import TOOLS, AgentSession, openai_tool_messages
 from vllm_slo.loadtests.plan import build_plan, canonical_bytes
-from vllm_slo.loadtests.profiles.agent import (
-    TOOLS,
-    AgentSession,
-    openai_tool_messages,
-    tool_latency_s,
-)
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.metrics import METRICS, PER_REQUEST_LATENCY_METRICS
-from vllm_slo.scenarios.profile_specs.agent import ToolLatency
+from vllm_slo.scenarios.profile_specs.agent import ToolLatency, tool_latency_s
 from vllm_slo.scenarios.traffic_spec import TrafficSpec
 
 AGENT = {"profile": "agent", "seed": 11, "duration": "20s",

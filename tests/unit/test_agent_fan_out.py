@@ -14,8 +14,8 @@ import pytest
 
 from vllm_slo.analysis.client_health import achieved_concurrency
 from vllm_slo.analysis.sessions import agent_waits, session_series
+from vllm_slo.loadtests.agent_session import AgentSession, openai_tool_messages
 from vllm_slo.loadtests.plan import build_plan
-from vllm_slo.loadtests.profiles.agent import AgentSession, openai_tool_messages
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
@@ -125,7 +125,7 @@ def test_a_closed_loop_plan_has_room_for_every_sub_agent_at_once() -> None:
     """A user runs its sub-agents at once, a request each in flight: the closed loop's plan
     bound (users x time / the fastest request) grows by the branches, so a fast server does
     not run the plan out and cycle its prompts."""
-    from vllm_slo.runner import planned_request_count
+    from vllm_slo.preflight import planned_request_count
 
     chain = _traffic()
     assert chain.total_s == 30  # warm-up included: 2 users x 30 s / 50 ms = 1,200 requests

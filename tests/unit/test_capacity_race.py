@@ -27,8 +27,8 @@ from vllm_slo.analysis.capacity_race import (
 )
 from vllm_slo.analysis.tuning import GIVEN_ORIGIN
 from vllm_slo.cli import main
-from vllm_slo.reports.capacity_report import VARIANTS_DIR, write_capacity
-from vllm_slo.run_folder.run_files import CANDIDATES_FILE
+from vllm_slo.reports.capacity_report import write_capacity
+from vllm_slo.run_folder.run_files import CANDIDATES_FILE, VARIANTS_DIR
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.stats.capacity_search import (

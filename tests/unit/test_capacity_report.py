@@ -25,8 +25,9 @@ from vllm_slo.analysis.capacity import (
     StepSlo,
     TrialCapacity,
 )
-from vllm_slo.reports.capacity_report import VARIANTS_DIR, render_capacity, write_capacity
+from vllm_slo.reports.capacity_report import render_capacity, write_capacity
 from vllm_slo.reports.render.capacity_html import band_note, slo_metric
+from vllm_slo.run_folder.run_files import VARIANTS_DIR
 from vllm_slo.stats.capacity_search import CapacityEstimate, SearchStatus
 from vllm_slo.stats.statistics import Verdict
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.support.synthetic import write_synthetic_experiment as experiment
-from vllm_slo.experiment_runner import trial_order
+from vllm_slo.analysis.experiment_design import trial_order
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.saved_runs import (
     compare_saved_runs,

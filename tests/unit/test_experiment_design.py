@@ -5,6 +5,7 @@ stopping record and per-cell decisions in summary.json, the text and the page.""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -22,10 +23,13 @@ from vllm_slo.analysis.experiment_design import (
     time_estimate,
 )
 from vllm_slo.cli import main
+from vllm_slo.outcome import Outcome
 from vllm_slo.reports.experiment_report import render_experiment
+from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import STOPPING_FILE, TRIALS_DIR
 from vllm_slo.scenarios import experiment_spec, model
+from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.loader import load_scenario, resolve_variants
 from vllm_slo.stats import sequential
 from vllm_slo.stats.sequential import CellDecision, SequentialDesign
@@ -34,6 +38,12 @@ from vllm_slo.stats.statistics import Estimate
 REPO = Path(__file__).resolve().parents[2]
 # the issue's design: 4 + 4 trials, a rank test, Holm over 2 cells: never p < alpha / 2
 RANK_4X4 = ["scenario=h200-eager-ab", "compare.test=mann-whitney", "trials=4"]
+
+
+def _summary(outcome: Outcome) -> dict:
+    """The summary.json an experiment's outcome wrote."""
+    assert outcome.folder is not None
+    return json.loads((outcome.folder / "summary.json").read_text())
 
 
 def _decision(word: str) -> CellDecision:
@@ -130,9 +140,8 @@ def test_force_runs_it_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         def __init__(self, scenario: object, arms: object, run_dir: Path, say: object):
             started.append(run_dir)
 
-        def run(self) -> experiment_runner.RunOutcome:
-            return experiment_runner.RunOutcome(started[0], experiment_runner.ExitCode.PASS,
-                                                None)
+        def run(self) -> Outcome:
+            return Outcome(started[0], ExitCode.PASS, "")
 
     monkeypatch.setattr(experiment_runner, "_Rounds", Rounds)
     monkeypatch.setattr(experiment_runner, "validate_server_args", lambda *args: None)
@@ -152,10 +161,9 @@ def test_force_may_stand_between_the_overrides(tmp_path: Path,
     refuses `key=v`; the switch is moved up front, so every position works the same."""
     seen: list[tuple[list[str], bool]] = []
 
-    def command_run(arguments: list[str], runs_root: Path, say: object, force: bool = False,
-                    resume: Path | None = None) -> int:
-        seen.append((list(arguments), force))
-        return 0
+    def command_run(options: argparse.Namespace, say: object) -> Outcome:
+        seen.append((list(options.arguments), options.force))
+        return Outcome(None, ExitCode.PASS, "")
 
     monkeypatch.setattr(cli, "command_run", command_run)
     runs = str(tmp_path / "runs")
@@ -312,7 +320,6 @@ def _fake_trials(monkeypatch: pytest.MonkeyPatch, ttft_s: dict[str, float],
     """experiment_runner.run_trial replaced by synthetic trials (no server): TTFT per variant,
     the trial at position `interrupt_at` cut short as Ctrl-C leaves one. Returns the folder
     names run, in order."""
-    from types import SimpleNamespace
 
     from tests.support.synthetic import write_synthetic_trial
     from vllm_slo.reports.run_report import INTERRUPTED_REASON
@@ -330,7 +337,8 @@ def _fake_trials(monkeypatch: pytest.MonkeyPatch, ttft_s: dict[str, float],
         if position == interrupt_at:
             summary["invalid_reasons"] = [INTERRUPTED_REASON]
             (folder / "summary.json").write_text(json.dumps(summary))
-        return ExitCode.PASS, SimpleNamespace(summary=summary)
+        return ExitCode.PASS, RenderedRun(summary, "", folder / "report.html",
+                                          folder / "summary.json")
 
     monkeypatch.setattr(experiment_runner, "run_trial", run_trial)
     return ran
@@ -375,7 +383,7 @@ def test_an_interrupted_experiment_resumes_in_its_round_order(
     resumed = experiment_runner.resume_experiment(run_dir, said.append)
     assert ran[:2] == [f"003-{names[1]}-2", f"004-{names[0]}-2"]  # the cut trial again, on
     assert any("trial 1/8" in line and "done before, kept" in line for line in said)
-    summary = resumed.rendered.summary
+    summary = _summary(resumed)
     assert summary["stopping"]["looks"] == 1
     decision = summary["comparisons"][0]["cells"][0]["decision"]
     assert decision["decision"] == "changed"  # TTFT ×4: decided at the first look (2 rounds)
@@ -406,7 +414,7 @@ def test_the_budget_stops_the_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyP
     outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
                                         lambda line: None).run()
     assert len(ran) == 2
-    stopping = outcome.rendered.summary["stopping"]
+    stopping = _summary(outcome)["stopping"]
     assert (stopping["reason"], stopping["rounds"], stopping["looks"]) == ("budget", 1, 0)
     assert "another round" in stopping["detail"]
 
@@ -424,7 +432,7 @@ def test_a_fixed_count_looks_once_at_its_end(tmp_path: Path,
     outcome = experiment_runner._Rounds(scenario, resolve_variants(scenario), run_dir,
                                         said.append).run()
     assert len(ran) == 6
-    summary = outcome.rendered.summary
+    summary = _summary(outcome)
     assert (summary["stopping"]["reason"], summary["stopping"]["looks"]) == ("max_trials", 1)
     assert summary["comparisons"][0]["cells"][0]["decision"]["decision"] == "changed"
     assert sum(1 for line in said if line.startswith("look ")) == 1
@@ -494,10 +502,10 @@ def test_a_resumed_experiment_with_a_budget_goes_on_past_its_replayed_rounds(
 
     ran = _fake_trials(monkeypatch, ttft, interrupt_at=None)
     resumed = experiment_runner.resume_experiment(run_dir, lambda line: None)
-    stopping = resumed.rendered.summary["stopping"]
+    stopping = _summary(resumed)["stopping"]
     assert stopping["reason"] != "budget" and stopping["rounds"] >= 4
     assert ran[0] == f"007-{names[1]}-4"  # round 4 runs backward
-    assert resumed.rendered.summary["trials_per_variant"] == stopping["rounds"]
+    assert _summary(resumed)["trials_per_variant"] == stopping["rounds"]
     assert stopping["elapsed_s"] >= 600.1
 
 
@@ -629,4 +637,4 @@ def test_a_trial_whose_summary_is_unreadable_runs_again_on_resume(
     assert ran[:3] == [f"001-{names[0]}-1", f"003-{names[1]}-2", f"004-{names[0]}-2"]
     assert any(f"{damaged} is damaged or unreadable" in line and "runs again" in line
                for line in said)
-    assert resumed.rendered.summary["stopping"]["reason"] == "decided"
+    assert _summary(resumed)["stopping"]["reason"] == "decided"

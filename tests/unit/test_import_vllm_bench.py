@@ -31,7 +31,8 @@ import pytest
 import yaml
 
 from vllm_slo import cli
-from vllm_slo.reports.trial_folders import collect_trials, is_experiment, trial_folders
+from vllm_slo.reports.trial_folders import collect_trials, trial_folders
+from vllm_slo.run_folder.folder_kind import FolderKind, folder_kind
 from vllm_slo.saved_runs import compare_saved_runs, plan_saved_run, report_saved_run
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
@@ -120,7 +121,7 @@ def test_committed_files_are_small_real_detailed_results() -> None:
 def test_one_file_is_one_run_folder(chat_run) -> None:
     out, code, said = chat_run
     assert code == 0, said
-    assert not is_experiment(out)
+    assert folder_kind(out) is FolderKind.RUN
     for name in ("scenario.yaml", "provenance.json", "run_status.json", "samples.parquet",
                  "summary.json", "report.html", "junit.xml", "summary.md",
                  "vllm_bench_result.json"):
@@ -495,7 +496,7 @@ def test_not_json_and_not_generation(tmp_path: Path) -> None:
 
 def test_labels_group_files_into_variants(experiment) -> None:
     out, text = experiment
-    assert is_experiment(out)
+    assert folder_kind(out) is FolderKind.EXPERIMENT
     assert [(f.name, v, p) for f, v, p in trial_folders(out)] == [
         ("001-a-1", "a", 1), ("002-a-2", "a", 2), ("003-b-1", "b", 3)]
     trials = collect_trials(out)

@@ -23,6 +23,7 @@ source.
 from __future__ import annotations
 
 import ast
+import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ class Import:
     line: int
     module: str  # absolute dotted name as written (level > 0 for relative imports)
     level: int
+    names: tuple[str, ...] = ()  # what `from module import ...` takes
 
     def __str__(self) -> str:
         return f"{self.source.relative_to(REPO)}:{self.line}: {'.' * self.level}{self.module}"
@@ -72,7 +74,8 @@ def imports_in(path: Path) -> list[Import]:
         if isinstance(node, ast.Import):
             found += [Import(path, node.lineno, alias.name, 0) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            found.append(Import(path, node.lineno, node.module or "", node.level))
+            found.append(Import(path, node.lineno, node.module or "", node.level,
+                                tuple(alias.name for alias in node.names)))
     return found
 
 
@@ -209,3 +212,156 @@ def test_every_source_folder_is_a_listed_package_under_the_one_root() -> None:
         modules = [p.name for p in (REPO / layer).rglob("*.py")]
         assert modules == [] or (layer == "loadtests" and set(modules) == {
             "locustfile.py", "locustfile_stages.py"}), (layer, modules)
+
+
+# -- the module graph: no circle anywhere, drivers as siblings ------------------------------
+# The drivers: one module per command over one trial runner (docs/development.md, "The
+# drivers"). `preflight` (the checks before a run, the Printer type) and `outcome` (how a
+# command ends) are what they share; they import no driver.
+DRIVERS = ("cli", "runner", "side_by_side", "experiment_runner", "capacity_runner", "tuner",
+           "capacity_race", "saved_runs", "vllm_bench")
+SHARED_BY_DRIVERS = ("preflight", "outcome")
+# the only driver -> driver imports the design names (docs/development.md's table)
+DRIVER_IMPORTS: dict[str, set[str]] = {
+    "cli": {"experiment_runner", "tuner", "capacity_race", "capacity_runner", "saved_runs",
+            "vllm_bench"},
+    "experiment_runner": {"runner", "side_by_side"},  # rounds of trials, two at once
+    "side_by_side": {"runner"},
+    "capacity_runner": {"runner"},  # steps on one shared server
+    "tuner": {"runner"},
+    "capacity_race": {"capacity_runner", "tuner"},  # the tune's candidates, searched
+    "saved_runs": {"tuner"},  # a tune folder is re-rendered by replaying its search
+    "runner": set(),
+    "vllm_bench": set(),
+}
+MAX_DRIVER_FLOORS = 3  # arrows on the longest chain of driver imports
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph(imports: list[Import]) -> dict[str, set[str]]:
+    """Module -> the suite's modules it imports, every import counted (inside functions and
+    under TYPE_CHECKING too); `from package import module` is an arrow to the module."""
+    known = {module_name(path) for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for item in imports:
+        if not item.source.is_relative_to(PACKAGE) or not item.module.startswith("vllm_slo"):
+            continue
+        source = module_name(item.source)
+        targets = {item.module} if item.module in known else set()
+        targets |= {f"{item.module}.{name}" for name in item.names
+                    if f"{item.module}.{name}" in known}
+        graph[source] |= {target for target in targets if target != source}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def driver_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "vllm_slo":
+        return None
+    return parts[1] if parts[1] in (*DRIVERS, *SHARED_BY_DRIVERS) else None
+
+
+def driver_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    drivers: dict[str, set[str]] = {name: set() for name in (*DRIVERS, *SHARED_BY_DRIVERS)}
+    for source, targets in graph.items():
+        mine = driver_of(source)
+        if mine is None:
+            continue
+        drivers[mine] |= {t for t in map(driver_of, targets) if t not in (None, mine)}
+    return drivers
+
+
+def floors(drivers: dict[str, set[str]]) -> int:
+    """Arrows on the longest chain of driver imports (the graph has no circle)."""
+    memo: dict[str, int] = {}
+    visiting: list[str] = []
+
+    def depth(name: str) -> int:
+        assert name not in visiting, f"drivers import in a circle: {visiting}"
+        if name not in memo:
+            visiting.append(name)
+            memo[name] = max((1 + depth(t) for t in drivers[name] if t in DRIVERS), default=0)
+            visiting.pop()
+        return memo[name]
+
+    return max(depth(name) for name in DRIVERS)
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert cycles(module_graph(all_imports())) == []
+
+
+def test_the_cycle_check_catches_a_planted_cycle() -> None:
+    """A circle planted through a function-level import (the tuner dispatching the race,
+    as it once did) is found, and so is one over three modules."""
+    planted = [*all_imports(),
+               Import(PACKAGE / "tuner.py", 1, "vllm_slo.capacity_race", 0, ("run",)),
+               Import(PACKAGE / "analysis" / "summary.py", 2, "vllm_slo.analysis", 0,
+                      ("comparison",)),
+               Import(PACKAGE / "analysis" / "comparison.py", 3, "vllm_slo.analysis.trials",
+                      0, ("Trial",))]
+    graph = module_graph(planted)
+    graph["vllm_slo.analysis.trials"].add("vllm_slo.analysis.summary")
+    found = cycles(graph)
+    assert ["vllm_slo.capacity_race", "vllm_slo.tuner"] in found
+    assert any({"vllm_slo.analysis.summary", "vllm_slo.analysis.comparison",
+                "vllm_slo.analysis.trials"} <= set(c) for c in found)
+
+
+def test_drivers_import_only_the_drivers_the_design_names() -> None:
+    drivers = driver_graph(module_graph(all_imports()))
+    for shared in SHARED_BY_DRIVERS:
+        assert drivers[shared] & set(DRIVERS) == set(), shared
+    unexpected = {name: sorted(drivers[name] & set(DRIVERS) - DRIVER_IMPORTS[name])
+                  for name in DRIVERS if drivers[name] & set(DRIVERS) - DRIVER_IMPORTS[name]}
+    assert unexpected == {}
+    assert floors(drivers) <= MAX_DRIVER_FLOORS
+
+
+def test_the_floor_count_sees_a_tower() -> None:
+    tower = {name: set() for name in (*DRIVERS, *SHARED_BY_DRIVERS)}
+    chain = ["cli", "saved_runs", "capacity_race", "tuner", "capacity_runner",
+             "experiment_runner", "side_by_side", "runner"]
+    for upper, lower in itertools.pairwise(chain):
+        tower[upper].add(lower)
+    assert floors(tower) == 7
+    assert floors(driver_graph(module_graph(all_imports()))) == 3

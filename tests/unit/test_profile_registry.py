@@ -10,7 +10,7 @@ from vllm_slo.loadtests.plan_fitting import Candidate, Tally
 from vllm_slo.loadtests.profiles import PROFILES
 from vllm_slo.loadtests.profiles.base import Profile
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.runner import planned_request_count
+from vllm_slo.preflight import planned_request_count
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.profile_specs import PROFILE_SPECS, mixable_profiles
 from vllm_slo.scenarios.traffic_spec import TrafficSpec

@@ -16,7 +16,7 @@ import pytest
 from vllm_slo.loadtests.plan import build_plan
 from vllm_slo.loadtests.profiles import PROFILES, Profile, register_profile, unregister_profile
 from vllm_slo.loadtests.tokens import TokenCounter
-from vllm_slo.runner import planned_request_count
+from vllm_slo.preflight import planned_request_count
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario

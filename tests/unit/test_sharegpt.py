@@ -202,7 +202,7 @@ def test_the_check_and_every_plan_parse_the_file_once(tiny_counter, tmp_path,
     """The check before the server starts and each trial's plan take one parse of the file;
     a file changed in between is parsed again."""
     from vllm_slo.loadtests import prompts
-    from vllm_slo.runner import check_traffic_inputs
+    from vllm_slo.preflight import check_traffic_inputs
 
     parses: list[int] = []
     real_load = json.load

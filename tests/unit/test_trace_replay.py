@@ -380,7 +380,7 @@ def test_the_report_shows_the_trace_next_to_what_was_sent() -> None:
 
 
 def test_a_bad_trace_is_a_usage_error_before_any_server_starts(tmp_path: Path) -> None:
-    from vllm_slo.runner import check_traffic_inputs
+    from vllm_slo.preflight import check_traffic_inputs
     from vllm_slo.scenarios.errors import ScenarioError
 
     path = mooncake(tmp_path / "m.jsonl", [*ROWS, {**ROWS[0], "timestamp": 2000},
@@ -408,7 +408,7 @@ def test_the_check_and_the_plan_read_the_trace_once(tmp_path: Path,
     """The check before the server starts and the plan after it replay the same part of the
     file: the plan takes the check's reading; a file changed in between is read again."""
     from vllm_slo.loadtests.profiles import trace as trace_profile
-    from vllm_slo.runner import check_traffic_inputs, planned_request_count
+    from vllm_slo.preflight import check_traffic_inputs, planned_request_count
 
     reads: list[str] = []
 

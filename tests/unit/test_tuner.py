@@ -13,6 +13,7 @@ import pytest
 
 from vllm_slo import tuner
 from vllm_slo.analysis.tuning import CandidateResult
+from vllm_slo.reports.run_report import INTERRUPTED_REASON, RenderedRun
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 
@@ -146,8 +147,6 @@ def test_each_candidates_gpus_come_from_its_trials_provenance(tmp_path: Path,
     """Real trial folders (synthetic rows), the grid's second candidate's trials on another
     GPU (a tune resumed elsewhere): each candidate's GPU UUID sets are read from its trials'
     provenance and the tune warns that the comparison includes the machine."""
-    from types import SimpleNamespace
-
     from tests.support.synthetic import write_synthetic_trial
     from vllm_slo.scenarios.errors import ExitCode
 
@@ -157,7 +156,8 @@ def test_each_candidates_gpus_come_from_its_trials_provenance(tmp_path: Path,
         write_synthetic_trial(folder, arm.to_yaml_dict(), 0.05 * seqs, 1.0,
                               seed=int(folder.name[:3]),
                               provenance={"host": {"gpus": ["NVIDIA H200"], "gpu_uuids": [gpu]}})
-        return ExitCode.PASS, SimpleNamespace(summary={"invalid_reasons": []})
+        return ExitCode.PASS, RenderedRun({"invalid_reasons": []}, "", folder / "report.html",
+                                          folder / "summary.json")
 
     monkeypatch.setattr(tuner, "run_trial", run_trial)
     document = {**SCENARIO, "tune": {"trials": 2, "grid": {"max-num-seqs": [2, 8]}}}
@@ -273,7 +273,7 @@ def test_tune_needs_a_tune_section_and_a_launched_server(tmp_path: Path) -> None
         tuner.run_tune(Scenario.model_validate(attached), tmp_path)
     assert list(tmp_path.iterdir()) == []  # refused before a folder was made
     with pytest.raises(ScenarioError, match="not a tune folder"):
-        tuner.resume_tune(tmp_path)
+        tuner.tune_folder_scenario(tmp_path, [])
 
 
 @pytest.mark.parametrize(("objective", "expected"), [
@@ -287,7 +287,7 @@ def test_a_trials_objective_is_read_from_its_summary_typed(tmp_path: Path, objec
     (tmp_path / "summary.json").write_text(json.dumps(document))
     assert tuner._objective_value(tmp_path, objective) == pytest.approx(expected)
     assert tuner._trial_complete(tmp_path)
-    document["invalid_reasons"] = [tuner.INTERRUPTED_REASON]
+    document["invalid_reasons"] = [INTERRUPTED_REASON]
     (tmp_path / "summary.json").write_text(json.dumps(document))
     assert not tuner._trial_complete(tmp_path)
 
@@ -316,19 +316,18 @@ def test_tune_resume_refuses_hidden_credentials_and_takes_them_again(tmp_path: P
     run_dir = _tune_folder(tmp_path, secret)
     with pytest.raises(ScenarioError, match=r"server\.args\.api-key as \*\*\*.*"
                                             r"vllm-slo tune --resume .* server\.args\.api-key="):
-        tuner.resume_tune(run_dir)
+        tuner.tune_folder_scenario(run_dir, [])
     assert main(["tune", "--resume", str(run_dir)]) == 2
-    tune = tuner._saved_tune(run_dir, lambda text: None, True, ["server.args.api-key=sk-9"])
-    assert tune.base.server.args["api-key"] == "sk-9"
-    assert tuner._saved_tune(run_dir, lambda text: None, False).base.server.args[
-        "api-key"] == "***"
+    resumed = tuner.tune_folder_scenario(run_dir, ["server.args.api-key=sk-9"])
+    assert resumed.server.args["api-key"] == "sk-9"
+    assert tuner.tune_folder_scenario(run_dir).server.args["api-key"] == "***"
 
 
 def test_tune_resume_of_a_damaged_tune_yaml_is_a_usage_error(tmp_path: Path) -> None:
     run_dir = _tune_folder(tmp_path, SCENARIO)
     (run_dir / "tune.yaml").write_text("name: t\ntune: {grid: [unclosed\n")
     with pytest.raises(ScenarioError, match=r"tune\.yaml is damaged or unreadable"):
-        tuner.resume_tune(run_dir)
+        tuner.tune_folder_scenario(run_dir, [])
     with pytest.raises(ScenarioError, match=r"tune\.yaml is damaged or unreadable"):
         tuner.report_tune(run_dir)
 

@@ -168,3 +168,14 @@ def time_estimate(scenario: Scenario, startup_s: float, startup_source: str) -> 
                         traffic.warmup_s + traffic.duration_s + traffic.cooldown_s, arms,
                         scenario.min_trials, scenario.max_trials,
                         scenario.side_by_side is not None, scenario.trials.budget_s)
+
+
+def trial_order(variant_names: list[str], trials: int) -> list[tuple[str, int]]:
+    """Balanced interleaving: round r runs the variants forward when r is even, backward when
+    odd (A B, B A, A B, ...), so drift over time hits every variant alike.
+    Returns (variant, trial number from 1) in execution order."""
+    order: list[tuple[str, int]] = []
+    for round_index in range(trials):
+        names = variant_names if round_index % 2 == 0 else list(reversed(variant_names))
+        order.extend((name, round_index + 1) for name in names)
+    return order

@@ -36,12 +36,12 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from vllm_slo.loadtests import arrow_memory, locust_quirks, memory_trace
+from vllm_slo.loadtests.agent_session import AgentSession
 from vllm_slo.loadtests.arrivals import SCHEDULE_LEAD_S, schedule_offsets_s
 from vllm_slo.loadtests.client_monitor import ClientMonitor
 from vllm_slo.loadtests.lora_split import LoraSplit, request_model
 from vllm_slo.loadtests.openai_stream import RequestOutcome, request_body, send_streamed
 from vllm_slo.loadtests.plan import PlannedRequest, RequestPlan, read_plan
-from vllm_slo.loadtests.profiles.agent import AgentSession
 from vllm_slo.loadtests.prompts import flatten_for_completions
 from vllm_slo.loadtests.reader_pump import pump
 from vllm_slo.loadtests.remote_channel import MasterChannel, WorkerChannel

@@ -31,23 +31,22 @@ from vllm_slo.reports.trial_folders import naming
 from vllm_slo.run_folder.file_writes import OutputWriteError, write_atomic
 from vllm_slo.run_folder.run_files import (
     CANDIDATES_FILE,
+    CAPACITY_FILE,
     JUNIT_FILE,
+    RACE_FILE,
     REPORT_FILE,
     SUMMARY_MD_FILE,
+    VARIANTS_DIR,
 )
 from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.serialise import to_json
 from vllm_slo.stats.statistics import Verdict
 
-CAPACITY_FILE = "capacity.json"
-VARIANTS_DIR = "variants"
-RACE_FILE = "race.json"  # a capacity race's standings (tune.objective: capacity)
-
 
 @dataclass(frozen=True, slots=True)
 class RenderedCapacity:
     text: str
-    exit_code: int
+    exit_code: ExitCode
     report_path: Path
     documents: dict[str, CapacityDocument]  # by variant ("" : the scenario has none)
     ratios: dict[str, CapacityRatio]  # each variant's against the first (variants only)
@@ -58,13 +57,6 @@ def write_capacity(folder: Path, document: CapacityDocument) -> Path:
     path = folder / CAPACITY_FILE
     # whole or not at all, never through a link (a fixed `.json.tmp` name could be one)
     return write_atomic(path, json.dumps(to_json(document), indent=2) + "\n")
-
-
-def is_capacity_folder(folder: Path) -> bool:
-    """A capacity search's folder: its capacity.json, or its variants'."""
-    variants = folder / VARIANTS_DIR
-    return (folder / CAPACITY_FILE).is_file() or (variants.is_dir() and any(
-        (sub / CAPACITY_FILE).is_file() for sub in variants.iterdir()))
 
 
 def read_capacity(folder: Path) -> CapacityDocument:
@@ -133,7 +125,7 @@ def render_capacity(folder: Path) -> RenderedCapacity:
     warning = step_summary_warning(markdown)  # the search's summary, not each step's
     if warning is not None:
         text += f"\nwarning: {warning}"
-    return RenderedCapacity(text, int(exit_code), report_path, documents, ratios, race)
+    return RenderedCapacity(text, ExitCode(exit_code), report_path, documents, ratios, race)
 
 
 def read_race(folder: Path, documents: Mapping[str, CapacityDocument]) -> RaceResult | None:

@@ -71,7 +71,7 @@ from vllm_slo.run_folder.run_files import (
 )
 from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.run_folder.samples_format import SAMPLES_FILE
-from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError
 from vllm_slo.scenarios.loader import format_validation_error, read_scenario_document
 from vllm_slo.scenarios.metrics import BUILT_IN_METRICS
 from vllm_slo.scenarios.model import Scenario
@@ -98,6 +98,24 @@ class RenderedRun:
     summary_path: Path
     junit_path: Path | None = None
     markdown_path: Path | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The verdict the summary states (a run's, an experiment's or a tune's)."""
+        return ExitCode(self.summary["exit_code"])
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped before its planned end (Ctrl-C, SIGTERM): not a verdict to keep."""
+        return INTERRUPTED_REASON in self.summary.get("invalid_reasons", ())
+
+    @property
+    def slo_count(self) -> int:
+        """The SLOs judged: a run's, or those of every variant of an experiment."""
+        variants = self.summary.get("variants")
+        if isinstance(variants, dict):
+            return sum(len(variant["slos"]) for variant in variants.values())
+        return len(self.summary.get("slos", ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +347,7 @@ def render_run(run_dir: Path) -> RenderedRun:
         write_atomic(junit_path, render_junit(document))
         write_atomic(markdown_path, markdown)
     except OutputWriteError as error:
-        raise error.with_verdict(text, int(summary["exit_code"])) from None
+        raise error.with_verdict(text, int(document.exit_code)) from None
     warning = step_summary_warning(markdown)
     if warning is not None:
         text += f"\nwarning: {warning}"

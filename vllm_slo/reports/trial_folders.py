@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,8 +14,10 @@ import yaml
 
 from vllm_slo.analysis.run_metrics import run_parts, run_series
 from vllm_slo.analysis.trials import Trial, TrialOutcome
-from vllm_slo.redaction import redact_secrets, redact_text
+from vllm_slo.redaction import REDACTED, redact_secrets, redact_text, redacted_keys
+from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.reports.samples import load_samples
+from vllm_slo.run_folder.folder_kind import TRIAL_KINDS, folder_kind
 from vllm_slo.run_folder.provenance import Provenance
 from vllm_slo.run_folder.run_files import (
     PROVENANCE_FILE,
@@ -25,10 +27,11 @@ from vllm_slo.run_folder.run_files import (
 )
 from vllm_slo.run_folder.samples_format import SAMPLES_FILE
 from vllm_slo.scenarios.errors import ScenarioError
+from vllm_slo.scenarios.loader import apply_override, check_repeated_overrides, parse_override
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.scenarios.plugins import unregistered_hint
 
-#: a trial folder's name: `NNN-<variant>-<k>` (experiment_runner.trial_folder_name); anything
+#: a trial folder's name: `NNN-<variant>-<k>` (run_folder/run_files.trial_folder_name); anything
 #: else under trials/ (a `compare-<UTC>` folder someone wrote there, notes) is not a trial
 TRIAL_FOLDER = re.compile(r"^(\d+)-(.+)-(\d+)$")
 MAX_REASON_CHARS = 300
@@ -120,14 +123,12 @@ def load_trial(run_dir: Path, variant: str = "", position: int = 1) -> Trial:
                            bool(scenario.traffic.lora)))
 
 
-def is_experiment(run_dir: Path) -> bool:
-    return (run_dir / TRIALS_DIR).is_dir()
-
-
 def trial_folders(run_dir: Path) -> list[tuple[Path, str, int]]:
-    """(folder, variant, position) for each trial folder `NNN-<variant>-<k>` in order."""
+    """(folder, variant, position) for each trial folder `NNN-<variant>-<k>` in order (none
+    before trials/ exists)."""
     folders = []
-    for folder in sorted((run_dir / TRIALS_DIR).iterdir()):
+    trials = run_dir / TRIALS_DIR
+    for folder in sorted(trials.iterdir()) if trials.is_dir() else []:
         name = TRIAL_FOLDER.match(folder.name)
         if name is None or not (folder / SUMMARY_FILE).is_file():
             continue
@@ -137,7 +138,55 @@ def trial_folders(run_dir: Path) -> list[tuple[Path, str, int]]:
 
 
 def collect_trials(run_dir: Path) -> list[Trial]:
-    if is_experiment(run_dir):
+    if folder_kind(run_dir) in TRIAL_KINDS:
         return [load_trial(folder, variant, position)
                 for folder, variant, position in trial_folders(run_dir)]
     return [load_trial(run_dir)]
+
+
+def trial_complete(folder: Path, say: Callable[[str], None] | None = None) -> bool:
+    """A trial folder whose summary.json says it ran to its end. One cut short, or whose
+    summary.json is unreadable (said through `say`), is not: it runs again."""
+    summary = folder / SUMMARY_FILE
+    if not summary.is_file():
+        return False
+    try:
+        outcome = TrialOutcome.from_json_dict(json.loads(summary.read_text()))
+    except DAMAGE as error:
+        if say is not None:
+            say(f"{summary} is damaged or unreadable ({damage_reason(error)}): the trial "
+                "runs again")
+        return False
+    return INTERRUPTED_REASON not in outcome.invalid_reasons
+
+
+def resumable_scenario(path: Path, overrides: Sequence[str], command: str) -> Scenario:
+    """The scenario a resumed experiment or tune runs: its folder's copy at `path` (damaged:
+    a usage error naming it), where the credentials the copy hides as `***` (never written:
+    reports.redaction) are given again as `overrides` on the resume command line. Anything
+    else is refused (the experiment goes on as it was started), and so is a hidden value not
+    given again: the trials would launch or attach with `***` as the credential."""
+    with naming(path):
+        document = yaml.safe_load(path.read_text())
+        if not isinstance(document, dict):
+            raise ValueError(f"expected a scenario mapping, got {type(document).__name__}")
+    hidden = redacted_keys(document)
+    parsed = [parse_override(text) for text in overrides]
+    check_repeated_overrides(parsed)
+    for override in parsed:  # the key only in the message: the value may be a secret
+        if override.dotted_key not in hidden:
+            raise ScenarioError(
+                f"{command}: override {override.dotted_key}: a resumed run goes on as it was "
+                f"started; the command line may only give again what {path.name} hides as "
+                f"{REDACTED} ({', '.join(hidden) if hidden else 'nothing here'})")
+        apply_override(document, override)
+    missing = [key for key in hidden if key not in {o.dotted_key for o in parsed}]
+    if missing:
+        raise ScenarioError(
+            f"{path} holds {', '.join(missing)} as {REDACTED} (credentials are never written): "
+            f"give {'it' if len(missing) == 1 else 'them'} again, "
+            f"{command} {' '.join(f'{key}=VALUE' for key in missing)}; or keep secrets in the "
+            "environment (server.api_key_env names the API key's variable; a launched server "
+            "inherits the environment, HF_TOKEN included)")
+    with naming(path, unregistered_hint(document)):  # a plugin's metric or profile
+        return Scenario.model_validate(document)

@@ -15,9 +15,10 @@ import errno
 import os
 import secrets
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
-from vllm_slo.scenarios.errors import ExitCode, SloSuiteError
+from vllm_slo.scenarios.errors import ExitCode, ScenarioError, SloSuiteError
 
 _TEMPORARY_TRIES = 100
 
@@ -113,3 +114,25 @@ def unique_folder(parent: Path, name: str) -> Path:
             suffix += 1
             continue
         return folder
+
+
+def check_runs_root(runs_root: Path) -> None:
+    """The runs folder can hold run folders: it is a folder, or can become one."""
+    ancestor = runs_root.absolute()
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        what = "it" if ancestor == runs_root.absolute() else f"{ancestor}"
+        raise ScenarioError(f"--runs-dir {runs_root}: {what} is not a folder (a file, a broken "
+                            "link or a link loop); run folders are created inside a folder")
+
+
+def new_run_dir(runs_root: Path, scenario_name: str) -> Path:
+    check_runs_root(runs_root)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    runs_root = runs_root.resolve()  # relative to where the user stands, absolute from here on
+    try:  # an exclusive mkdir: runs started in one second get -2, -3, even concurrently
+        return unique_folder(runs_root, f"{stamp}-{scenario_name}")
+    except OSError as error:
+        raise ScenarioError(f"--runs-dir {runs_root}: cannot create the run folder "
+                            f"{stamp}-{scenario_name}: {error.strerror or error}") from None

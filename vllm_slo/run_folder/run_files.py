@@ -1,4 +1,5 @@
-"""Names of the files in a run folder (`runs/<UTC timestamp>-<scenario>/`)."""
+"""Names of the files in a run folder (`runs/<UTC timestamp>-<scenario>/`), and of the
+folders an experiment, tune or capacity search keeps its runs in."""
 
 SCENARIO_FILE = "scenario.yaml"  # the resolved scenario (file + overrides), re-runnable
 PROVENANCE_FILE = "provenance.json"  # vLLM version, engine args, host, git commit, seed
@@ -23,3 +24,12 @@ TUNE_REPORT_FILE = "tune.html"
 RECOMMENDED_CONFIG_FILE = "recommended.yaml"  # vLLM --config format
 RECOMMENDED_COMMAND_FILE = "recommended-command.txt"
 STOPPING_FILE = "stopping.json"  # experiments: rounds run, why they ended (resume reads it)
+CAPACITY_FILE = "capacity.json"  # capacity searches: the steps, the bracket, the verdict
+VARIANTS_DIR = "variants"  # capacity searches and races: a capacity folder per variant
+RACE_FILE = "race.json"  # a capacity race's standings (tune.objective: capacity)
+
+
+def trial_folder_name(position: int, variant: str, trial: int) -> str:
+    """`trials/<NNN>-<variant>-<k>/`: the position in run order, the variant (`run` for a
+    scenario without variants), the variant's trial number from 1."""
+    return f"{position:03d}-{variant or 'run'}-{trial}"

@@ -22,15 +22,13 @@ from typing import Any
 
 import yaml
 
-from vllm_slo.experiment_runner import trial_folder_name
+from vllm_slo.outcome import Outcome, exit_code_line
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.experiment_report import render_experiment
-from vllm_slo.reports.render.text import exit_code_line
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.run_folder.file_writes import unique_folder, write_atomic
-from vllm_slo.run_folder.run_files import SCENARIO_FILE, TRIALS_DIR
-from vllm_slo.saved_runs import CommandResult
-from vllm_slo.scenarios.errors import ExitCode, ScenarioError
+from vllm_slo.run_folder.run_files import SCENARIO_FILE, TRIALS_DIR, trial_folder_name
+from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.vllm_bench.records import BenchRecord, parse_record, read_records
@@ -237,7 +235,7 @@ def _line(run: ImportedRun, out: Path) -> str:
 def import_vllm_bench(files: Sequence[Path], out: Path | None, labels: Sequence[str] = (),
                       variants: Sequence[str] = (), slo_from: str | None = None,
                       latency_from: str = "arrival", runs_root: Path = Path("runs"),
-                      instances: Sequence[str] = ()) -> CommandResult:
+                      instances: Sequence[str] = ()) -> Outcome:
     """Import `vllm bench serve` result files into a run folder (one record) or an
     experiment folder (several: one trial each, grouped into variants by label), render
     them, and return the rendered text with the run's exit code."""
@@ -269,7 +267,7 @@ def _remove_import(out: Path, created: bool) -> None:
 
 
 def _import_into(out: Path, plan: _Plan, slo_source: Scenario | None, latency_from: str
-                 ) -> CommandResult:
+                 ) -> Outcome:
     lines = [f"importing {len(plan.records)} vllm bench result(s) into {out}"]
     if len(plan.records) == 1:
         run = write_run(out, plan.records[0], plan.labels[0], slo_source, latency_from,
@@ -295,10 +293,10 @@ def _import_into(out: Path, plan: _Plan, slo_source: Scenario | None, latency_fr
         rendered = render_experiment(out)
         warnings = list(dict.fromkeys(w for r in runs for w in r.rows.warnings))
         lines += [f"  warning: {w}" for w in warnings]
-    code = ExitCode(rendered.summary["exit_code"])
+    code = rendered.exit_code
     slo_count = 0 if slo_source is None else len(slo_source.slo.rules())
     lines += ["", rendered.text, "", f"report: {rendered.report_path}",
               exit_code_line(int(code), slo_count)]
     if slo_count == 0:
         lines.append("(--slo-from SCENARIO judges the imported runs against its SLOs)")
-    return CommandResult("\n".join(lines), code, rendered.report_path)
+    return Outcome(out, code, "\n".join(lines), rendered.report_path)

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import REPO, cli_env, requires_vllm, run_cli
-from vllm_slo.reports.trial_folders import collect_trials, is_experiment
+from vllm_slo.reports.trial_folders import collect_trials
+from vllm_slo.run_folder.folder_kind import FolderKind, folder_kind
 from vllm_slo.servers.tiny_model import ensure_tiny_model
 from vllm_slo.servers.vllm_server import VllmServer
 from vllm_slo.transport.processes import pin
@@ -107,7 +108,7 @@ def test_import_builds_an_experiment_of_two_trials(live_import, live_files: list
                                                    workspace: Path) -> None:
     assert live_import.returncode == 0, live_import.output  # every generous SLO passes
     run_dir = workspace / "runs" / "live"
-    assert is_experiment(run_dir)
+    assert folder_kind(run_dir) is FolderKind.EXPERIMENT
     trials = collect_trials(run_dir)
     assert [(t.variant, t.position) for t in trials] == [("on-instance-1", 1),
                                                          ("on-instance-1", 2)]
@@ -214,7 +215,7 @@ def test_a_failing_slo_gives_exit_code_1(live_files: list[Path], workspace: Path
                       "--slo-from", "impossible.yaml"], workspace / "runs", cwd=workspace)
     assert result.returncode == 1, result.output
     run_dir = workspace / "runs" / "single"
-    assert not is_experiment(run_dir)
+    assert folder_kind(run_dir) is FolderKind.RUN
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "FAIL" in [s["verdict"] for s in summary["slos"]]
     assert summary["requests"]["measured"] == NUM_PROMPTS

@@ -19,7 +19,6 @@ from vllm_slo.analysis.capacity import CapacityDocument, CapacityStep, Interval,
 from vllm_slo.analysis.capacity_comparison import CapacityChange, CapacityRatio
 from vllm_slo.analysis.capacity_race import RaceResult
 from vllm_slo.redaction import redact_secrets, redact_text
-from vllm_slo.reports.capacity_report import VARIANTS_DIR
 from vllm_slo.reports.render.capacity_text import render_race_lines
 from vllm_slo.reports.render.figures import _LAYOUT, colour, plot_text
 from vllm_slo.reports.render.html import FigureView, render_template
@@ -35,7 +34,7 @@ from vllm_slo.reports.render.plot_spec import (
 )
 from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import outcome
-from vllm_slo.run_folder.run_files import REPORT_FILE
+from vllm_slo.run_folder.run_files import REPORT_FILE, VARIANTS_DIR
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.metrics import METRICS, MetricKind, format_per_second
 from vllm_slo.scenarios.units import format_duration_s

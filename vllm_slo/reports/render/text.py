@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 from vllm_slo.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.analysis.verdicts import VerdictScope
-from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.metrics import METRICS, format_per_second
 from vllm_slo.scenarios.units import format_duration_s
 from vllm_slo.stats.statistics import SECTIONING_METHOD
@@ -28,13 +27,6 @@ def outcome(exit_code: int, slo_count: int | None = None) -> str:
     if exit_code == 0 and slo_count == 0:
         return NOT_JUDGED
     return OUTCOMES.get(exit_code, "ERROR")
-
-
-def exit_code_line(exit_code: int, slo_count: int) -> str:
-    """The terminal's last line: `exit code 1 (SLO_FAILED)`; without any SLO no verdict word."""
-    if exit_code == 0 and slo_count == 0:
-        return "exit code 0 (no SLO given: measured, not judged)"
-    return f"exit code {exit_code} ({ExitCode(exit_code).name})"
 
 
 def format_trials_needed(trials: int | None) -> str:
