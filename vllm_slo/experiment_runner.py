@@ -43,9 +43,9 @@ from vllm_slo.analysis.experiment_summary import (
     looks_taken,
 )
 from vllm_slo.analysis.trials import TrialOutcome
+from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
 from vllm_slo.redaction import REDACTED, redact_secrets, redacted_keys
 from vllm_slo.reports.experiment_report import read_stopping, render_experiment
-from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.reports.trial_folders import DAMAGE, collect_trials, damage_reason, naming
 from vllm_slo.run_folder.file_writes import write_atomic
 from vllm_slo.run_folder.provenance import Provenance

@@ -49,6 +49,7 @@ from vllm_slo.analysis.tuning import (
     search_values,
     stop_reason,
 )
+from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
 from vllm_slo.capacity_runner import CapacityOutcome
 from vllm_slo.experiment_runner import (
     resumable_scenario,
@@ -57,7 +58,7 @@ from vllm_slo.experiment_runner import (
     trial_order,
 )
 from vllm_slo.redaction import redact_secrets
-from vllm_slo.reports.run_report import INTERRUPTED_REASON, read_server_metrics
+from vllm_slo.reports.run_folder_read import read_server_metrics
 from vllm_slo.reports.trial_folders import load_trial, naming
 from vllm_slo.reports.tune_report import write_tune
 from vllm_slo.run_folder.file_writes import write_atomic
