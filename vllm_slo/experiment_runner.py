@@ -29,19 +29,16 @@ import yaml
 from vllm_slo.analysis.experiment_design import (
     DEFAULT_STARTUP_S,
     NextAction,
+    Stopping,
     design_check,
+    look_decisions,
+    looks_taken,
     next_action,
     refusal_line,
     sequential_design,
     time_estimate,
 )
-from vllm_slo.analysis.experiment_summary import (
-    DecisionEntry,
-    Stopping,
-    groups_by_variant,
-    look_decisions,
-    looks_taken,
-)
+from vllm_slo.analysis.experiment_summary import DecisionEntry, groups_by_variant
 from vllm_slo.analysis.trials import TrialOutcome
 from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
 from vllm_slo.redaction import REDACTED, redact_secrets, redacted_keys

@@ -30,10 +30,10 @@ from typing import Any
 import yaml
 
 from vllm_slo.analysis.comparison import Group
-from vllm_slo.analysis.experiment_summary import slo_across_trials
 from vllm_slo.analysis.quantised_cells import quantisation
 from vllm_slo.analysis.server_metrics import run_preemptions
 from vllm_slo.analysis.summary import ReportedEstimate, RunRates
+from vllm_slo.analysis.trial_verdicts import slo_across_trials
 from vllm_slo.analysis.trials import gpu_set
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS, TuneResult
 from vllm_slo.analysis.tuning import (
