@@ -234,11 +234,11 @@ def write_scale_run(run_dir: Path, n_requests: int, chunks: int, seed: int = 0,
 
 
 _STAGES = {  # module attribute -> stage name, in pipeline order
-    "vllm_slo.reports.run_report.load_samples": "read samples.parquet",
-    "vllm_slo.reports.run_report.run_series": "metric series (ITL gaps in arrival order)",
-    "vllm_slo.reports.run_report.summarize": "statistics (percentile CIs, means)",
-    "vllm_slo.reports.run_report.evaluate_slos": "SLO verdicts",
-    "vllm_slo.reports.run_report.goodput": "goodput",
+    "vllm_slo.reports.run_folder_read.read_samples": "read samples.parquet",
+    "vllm_slo.analysis.run_analysis.run_series": "metric series (ITL gaps in arrival order)",
+    "vllm_slo.analysis.run_analysis.summarize": "statistics (percentile CIs, means)",
+    "vllm_slo.analysis.run_analysis.evaluate_slos": "SLO verdicts",
+    "vllm_slo.analysis.run_analysis.goodput": "goodput",
     "vllm_slo.reports.run_report.build_view": "figures (report view)",
     "vllm_slo.reports.run_report.render_html": "HTML",
 }

@@ -27,7 +27,7 @@ from typing import Any
 
 from vllm_slo.analysis.capacity import CapacityDocument
 from vllm_slo.analysis.capacity_comparison import capacity_ratio
-from vllm_slo.analysis.comparison import format_ratio, reachability_warning
+from vllm_slo.analysis.comparison import reachability_warning
 from vllm_slo.analysis.experiment_design import sequential_design
 from vllm_slo.analysis.quantised_cells import (
     Quantisation,
@@ -36,6 +36,7 @@ from vllm_slo.analysis.quantised_cells import (
     pair_bias_log,
 )
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS
+from vllm_slo.analysis.wording import format_ratio
 from vllm_slo.reports.capacity_report import capacity_documents
 from vllm_slo.reports.experiment_report import read_stopping
 from vllm_slo.reports.trial_folders import read_scenario, trial_folders

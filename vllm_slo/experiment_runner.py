@@ -29,20 +29,17 @@ import yaml
 from vllm_slo.analysis.experiment_design import (
     DEFAULT_STARTUP_S,
     NextAction,
+    Stopping,
     design_check,
+    look_decisions,
+    looks_taken,
     next_action,
     refusal_line,
     sequential_design,
     time_estimate,
     trial_order,
 )
-from vllm_slo.analysis.experiment_summary import (
-    DecisionEntry,
-    Stopping,
-    groups_by_variant,
-    look_decisions,
-    looks_taken,
-)
+from vllm_slo.analysis.experiment_summary import DecisionEntry, groups_by_variant
 from vllm_slo.outcome import Outcome, run_reported
 from vllm_slo.preflight import Printer, check_before_run, platform_of
 from vllm_slo.redaction import redact_secrets

@@ -13,22 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from vllm_slo.analysis.comparison import (
-    TEST_TEXT,
     CellComparison,
     Group,
     center_estimate,
-    format_estimate,
-    format_judged,
-    format_level,
     gate,
     instance_scope,
-    judgement_text,
     plan_samples,
-    trial_values_text,
     within_instance_warning,
 )
 from vllm_slo.analysis.experiment_summary import build_comparison_summary
 from vllm_slo.analysis.trials import Trial
+from vllm_slo.analysis.wording import (
+    TEST_TEXT,
+    format_estimate,
+    format_judged,
+    format_level,
+    judgement_text,
+    trial_values_text,
+)
 from vllm_slo.outcome import Outcome, verdict_line
 from vllm_slo.reports.capacity_report import RenderedCapacity
 from vllm_slo.reports.experiment_report import render_experiment, write_experiment

@@ -31,10 +31,10 @@ import yaml
 
 from vllm_slo.analysis.comparison import Group
 from vllm_slo.analysis.experiment_design import trial_order
-from vllm_slo.analysis.experiment_summary import slo_across_trials
 from vllm_slo.analysis.quantised_cells import quantisation
 from vllm_slo.analysis.server_metrics import run_preemptions
 from vllm_slo.analysis.summary import ReportedEstimate, RunRates
+from vllm_slo.analysis.trial_verdicts import slo_across_trials
 from vllm_slo.analysis.trials import gpu_set
 from vllm_slo.analysis.tune_summary import OBJECTIVE_CELLS, TuneResult
 from vllm_slo.analysis.tuning import (
@@ -54,7 +54,8 @@ from vllm_slo.outcome import Outcome, reported, verdict_line
 from vllm_slo.preflight import Printer, check_before_run, platform_of
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.capacity_report import RenderedCapacity, render_capacity
-from vllm_slo.reports.run_report import RenderedRun, read_server_metrics
+from vllm_slo.reports.run_folder_read import read_server_metrics
+from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.reports.trial_folders import load_trial, naming, resumable_scenario, trial_complete
 from vllm_slo.reports.tune_report import write_tune
 from vllm_slo.run_folder.file_writes import new_run_dir, write_atomic

@@ -509,7 +509,7 @@ def test_ties_never_hide_a_disagreement_between_interval_and_verdict() -> None:
 
 
 def test_change_display_rule() -> None:
-    from vllm_slo.analysis.comparison import format_ratio, format_shift
+    from vllm_slo.analysis.wording import format_ratio, format_shift
 
     assert format_ratio(1.041, 0.91, 1.187) == "+4.1% [-9.0%, +18.7%]"
     assert format_ratio(0.9996, 0.99, 1.01) == "+0.0% [-1.0%, +1.0%]"  # never "-0.0%"
@@ -523,7 +523,7 @@ def test_change_display_rule() -> None:
 
 
 def test_trial_values_text() -> None:
-    from vllm_slo.analysis.comparison import trial_values_text
+    from vllm_slo.analysis.wording import trial_values_text
 
     assert trial_values_text("ttft.p50", [2.1, 2.5]) == "from trials 2.10s 2.50s"
     assert trial_values_text("ttft.p50", [0.05]) == "from trial 50.0ms"

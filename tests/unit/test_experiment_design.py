@@ -322,7 +322,7 @@ def _fake_trials(monkeypatch: pytest.MonkeyPatch, ttft_s: dict[str, float],
     names run, in order."""
 
     from tests.support.synthetic import write_synthetic_trial
-    from vllm_slo.reports.run_report import INTERRUPTED_REASON
+    from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
     from vllm_slo.scenarios.errors import ExitCode
 
     ran: list[str] = []

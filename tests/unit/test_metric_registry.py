@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_slo.analysis.comparison import format_cell_value
 from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.sessions import SessionSeries
 from vllm_slo.analysis.trials import cell_value
 from vllm_slo.analysis.verdicts import observed_for
+from vllm_slo.analysis.wording import format_cell_value
 from vllm_slo.scenarios.experiment_spec import CompareSpec
 from vllm_slo.scenarios.metrics import (
     BUILT_IN_METRICS,

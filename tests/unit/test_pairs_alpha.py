@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_slo.analysis.comparison import pairs_text, per_pair_alpha
+from vllm_slo.analysis.comparison import per_pair_alpha
 from vllm_slo.analysis.experiment_design import sequential_design
+from vllm_slo.analysis.wording import pairs_text
 from vllm_slo.scenarios.loader import load_scenario
 from vllm_slo.stats.trial_statistics import compare_trials, with_holm
 

@@ -85,7 +85,7 @@ def test_report_of_a_run_made_with_plugins_names_them(
     errors."""
     import yaml
 
-    from vllm_slo.reports.run_report import read_run_scenario
+    from vllm_slo.reports.run_folder_read import read_run_scenario
     monkeypatch.delenv(PLUGINS_ENV, raising=False)
     scenario, _ = load_scenario("chat")
     document = scenario.to_yaml_dict()

@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from vllm_slo.analysis.comparison import format_cell_value
 from vllm_slo.analysis.run_metrics import RunSeries, summarize
 from vllm_slo.analysis.trials import cell_value
 from vllm_slo.analysis.verdicts import Verdict, evaluate_slos
+from vllm_slo.analysis.wording import format_cell_value
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.experiment_spec import CompareSpec
 from vllm_slo.scenarios.loader import load_scenario

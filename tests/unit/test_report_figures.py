@@ -27,7 +27,8 @@ from vllm_slo.reports.render.figures import (
     server_panels,
 )
 from vllm_slo.reports.render.html import build_view, render_html
-from vllm_slo.reports.run_report import read_server_metrics, render_run
+from vllm_slo.reports.run_folder_read import read_server_metrics
+from vllm_slo.reports.run_report import render_run
 from vllm_slo.run_folder.samples_format import SAMPLE_SCHEMA
 
 T0 = 1_800_000_000.0

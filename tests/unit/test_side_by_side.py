@@ -139,7 +139,7 @@ def test_ctrl_c_reaches_every_trial_once(tmp_path: Path) -> None:
 
 
 def test_the_summary_names_the_confound_and_an_uneven_rotation() -> None:
-    from vllm_slo.analysis.experiment_summary import side_by_side_warnings
+    from vllm_slo.analysis.wording import side_by_side_warnings
 
     even, _ = load_scenario("chat", SIDE_BY_SIDE)
     (confound,) = side_by_side_warnings(even)

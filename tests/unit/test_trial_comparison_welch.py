@@ -14,7 +14,7 @@ from scipy import stats
 
 from tests.support.synthetic import write_synthetic_experiment as experiment
 from vllm_slo import cli
-from vllm_slo.analysis.comparison import format_change
+from vllm_slo.analysis.wording import format_change
 from vllm_slo.reports.experiment_report import render_experiment
 from vllm_slo.saved_runs import compare_saved_runs, plan_from_saved_run
 from vllm_slo.scenarios.errors import ExitCode

@@ -13,7 +13,8 @@ import pytest
 
 from vllm_slo import tuner
 from vllm_slo.analysis.tuning import CandidateResult
-from vllm_slo.reports.run_report import INTERRUPTED_REASON, RenderedRun
+from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
+from vllm_slo.reports.run_report import RenderedRun
 from vllm_slo.scenarios.errors import ScenarioError
 from vllm_slo.scenarios.model import Scenario
 

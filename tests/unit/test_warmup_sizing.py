@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from tests.support import synthetic as synthesis
-from vllm_slo.analysis.experiment_summary import sized_across_trials
 from vllm_slo.analysis.summary import SloEntry
+from vllm_slo.analysis.trial_verdicts import sized_across_trials
 from vllm_slo.analysis.warmup_sizing import baseline, size_rules
 from vllm_slo.reports.run_report import render_run
 from vllm_slo.scenarios.loader import load_scenario

@@ -1,17 +1,21 @@
 """An experiment's design, before and while it runs (pure): the SequentialDesign its scenario
 asks for (variants, trials, compare: cells = Holm's family, alpha, effect, test), whether it can
-ever decide (`check_design`, before any server starts), the server time it will take, and after
-each interleaved round whether to run another (`next_action`). The procedure itself (spending,
+ever decide (`check_design`, before any server starts), the server time it will take, after
+each interleaved round each compared cell's decision at that look (`look_decisions`) and
+whether to run another (`next_action`), and why its rounds ended (`Stopping`, the record
+stopping.json holds). The procedure itself (spending,
 boundaries, tests) is `analysis.sequential`; running the rounds is the experiment runner's."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from vllm_slo.analysis.comparison import per_pair_alpha
+from vllm_slo.analysis.comparison import Group, pair_quantisation, per_pair_alpha
+from vllm_slo.analysis.quantised_cells import decision_over_box, pair_bias_log
+from vllm_slo.analysis.trials import trial_cell_value
 from vllm_slo.scenarios.model import Scenario
 from vllm_slo.stats.sequential import (
     MAX_SEQUENTIAL_TRIALS,
@@ -20,6 +24,7 @@ from vllm_slo.stats.sequential import (
     SequentialDesign,
     all_decided,
     check_design,
+    decide_cells,
 )
 
 StopReason = Literal["decided", "max_trials", "budget", "interrupted"]
@@ -96,6 +101,84 @@ def next_action(decisions: Sequence[CellDecision], rounds_done: int,
     undecided = sum(1 for d in decisions if d.decision == "undecided")
     return NextAction.another(f"{undecided} compared cell(s) undecided" if decisions
                               else f"round {rounds_done + 1} of {max_rounds}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stopping:
+    """Why an experiment's rounds ended (the runner writes it to stopping.json after every
+    round; the summary echoes it): `rounds` completed (one trial per variant each), `looks`
+    taken at the compared cells (from trials.min on)."""
+
+    reason: StopReason
+    rounds: int
+    looks: int
+    min_trials: int
+    max_trials: int
+    budget_s: float | None
+    elapsed_s: float
+    detail: str
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> Stopping:
+        return cls(reason=data["reason"], rounds=int(data["rounds"]), looks=int(data["looks"]),
+                   min_trials=int(data["min_trials"]), max_trials=int(data["max_trials"]),
+                   budget_s=data.get("budget_s"), elapsed_s=float(data["elapsed_s"]),
+                   detail=str(data.get("detail", "")))
+
+    @property
+    def text(self) -> str:
+        """`stopped: decided after 4 round(s), 2 look(s) (trials 3-10 per variant)`."""
+        span = (f"{self.max_trials}" if self.min_trials == self.max_trials
+                else f"{self.min_trials}-{self.max_trials}")
+        reason = self.reason.replace("_", " ")
+        return (f"stopped: {reason} after {self.rounds} round(s), {self.looks} look(s) "
+                f"(trials {span} per variant, {self.elapsed_s / 60:.1f} min)"
+                + (f": {self.detail}" if self.detail else ""))
+
+
+def looks_taken(rounds: int, min_trials: int) -> int:
+    """Looks at the compared cells after `rounds` rounds: one per round from trials.min on."""
+    return max(0, rounds - min_trials + 1)
+
+
+def round_values(baseline: Group, candidate: Group, cells: Sequence[str]
+                 ) -> dict[str, tuple[list[float], list[float]]]:
+    """Per cell, each arm's per-trial values in round order (its trials by position), NaN in
+    the place of an invalid trial or one without a value: what a look tests."""
+    def values(group: Group, cell: str) -> list[float]:
+        result = []
+        for trial in sorted(group.trials, key=lambda t: t.position):
+            value = trial_cell_value(trial, cell) if trial.valid else None
+            result.append(math.nan if value is None else value)
+        return result
+
+    return {cell: (values(baseline, cell), values(candidate, cell)) for cell in cells}
+
+
+def look_decisions(design: SequentialDesign, groups: Sequence[Group], cells: Sequence[str],
+                   trials_per_arm: int) -> tuple[tuple[str, tuple[CellDecision, ...]], ...]:
+    """Each candidate's decisions against the baseline (the first group) at the look after
+    `trials_per_arm` rounds: (candidate label, one decision per cell)."""
+    baseline = groups[0]
+    return tuple((candidate.label, _boxed(design, baseline, candidate, cells, trials_per_arm))
+                 for candidate in groups[1:])
+
+
+def _boxed(design: SequentialDesign, baseline: Group, candidate: Group, cells: Sequence[str],
+           trials_per_arm: int) -> tuple[CellDecision, ...]:
+    """`decide_cells` of a pair, each quantised cell's decision held against its phase-bias
+    box (`quantised_cells.decision_over_box`), so the runner's stopping rule and the summary
+    see the box as `compare_pair` does."""
+    values = round_values(baseline, candidate, cells)
+    quantised = pair_quantisation(baseline, candidate, cells)
+    decided = []
+    for decision in decide_cells(design, trials_per_arm, values):
+        base, cand = values[decision.cell]
+        boxed = decision_over_box(decision, base, cand,
+                                  pair_bias_log(quantised.get(decision.cell, ())),
+                                  design.test, design.effect)
+        decided.append(decision if boxed is None else boxed.decision)
+    return tuple(decided)
 
 
 @dataclass(frozen=True, slots=True)

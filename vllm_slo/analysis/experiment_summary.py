@@ -21,44 +21,44 @@ from vllm_slo.analysis.comparison import (
     CellPlan,
     Group,
     InstanceScope,
-    TextTable,
-    benchstat_table,
     center_estimate,
     compare_groups,
     family_basis,
     family_reachability_warnings,
-    format_change_interval,
-    format_judged,
-    format_ratio,
     instance_scope,
-    judgement_text,
-    pair_quantisation,
-    pairs_text,
     plan_trials,
     shares_instances,
     within_instance_warning,
 )
-from vllm_slo.analysis.experiment_design import StopReason, sequential_design
-from vllm_slo.analysis.quantised_cells import decision_over_box, pair_bias_log
+from vllm_slo.analysis.experiment_design import Stopping, look_decisions, sequential_design
 from vllm_slo.analysis.run_metrics import RunSeries
 from vllm_slo.analysis.summary import EchoesScenario, ReportedEstimate, SloEntry
-from vllm_slo.analysis.trials import Trial, gpu_set, machines_text, trial_cell_value
-from vllm_slo.analysis.verdicts import VerdictScope, choose_exit_code
-from vllm_slo.analysis.warmup_sizing import unsized_result
+from vllm_slo.analysis.trial_verdicts import slo_across_trials
+from vllm_slo.analysis.trials import Trial, trial_cell_value
+from vllm_slo.analysis.verdicts import choose_exit_code
+from vllm_slo.analysis.wording import (
+    TextTable,
+    benchstat_table,
+    decision_legend,
+    format_change_interval,
+    format_judged,
+    format_ratio,
+    judgement_text,
+    machines_warning,
+    pairs_text,
+    side_by_side_warnings,
+)
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.scenarios.loader import resolve_variants
-from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.model import Scenario
-from vllm_slo.scenarios.slo import SloRule
 from vllm_slo.serialise import derive, json_field
 from vllm_slo.stats.sequential import (
     CellDecision,
     CellDecisionWord,
     SequentialDesign,
     TrialTest,
-    decide_cells,
 )
-from vllm_slo.stats.statistics import Estimate, Verdict, rate_estimate, slo_verdict
+from vllm_slo.stats.statistics import Estimate
 
 EXPERIMENT_SCHEMA_VERSION = 2  # 2: comparison intervals at the Holm-consistent level
 PROVENANCE_KEYS = ("model_id", "vllm_version", "platform", "seed", "max_model_len")
@@ -218,44 +218,6 @@ class DecisionEntry:
                 f"variant, {self.test})")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Stopping:
-    """Why an experiment's rounds ended (the runner writes it to stopping.json after every
-    round; the summary echoes it): `rounds` completed (one trial per variant each), `looks`
-    taken at the compared cells (from trials.min on)."""
-
-    reason: StopReason
-    rounds: int
-    looks: int
-    min_trials: int
-    max_trials: int
-    budget_s: float | None
-    elapsed_s: float
-    detail: str
-
-    @classmethod
-    def from_json_dict(cls, data: Mapping[str, Any]) -> Stopping:
-        return cls(reason=data["reason"], rounds=int(data["rounds"]), looks=int(data["looks"]),
-                   min_trials=int(data["min_trials"]), max_trials=int(data["max_trials"]),
-                   budget_s=data.get("budget_s"), elapsed_s=float(data["elapsed_s"]),
-                   detail=str(data.get("detail", "")))
-
-    @property
-    def text(self) -> str:
-        """`stopped: decided after 4 round(s), 2 look(s) (trials 3-10 per variant)`."""
-        span = (f"{self.max_trials}" if self.min_trials == self.max_trials
-                else f"{self.min_trials}-{self.max_trials}")
-        reason = self.reason.replace("_", " ")
-        return (f"stopped: {reason} after {self.rounds} round(s), {self.looks} look(s) "
-                f"(trials {span} per variant, {self.elapsed_s / 60:.1f} min)"
-                + (f": {self.detail}" if self.detail else ""))
-
-
-def looks_taken(rounds: int, min_trials: int) -> int:
-    """Looks at the compared cells after `rounds` rounds: one per round from trials.min on."""
-    return max(0, rounds - min_trials + 1)
-
-
 def instances_json(scope: InstanceScope) -> dict[str, Any]:
     """A pair's server instances as its comparison states them."""
     return {"baseline": scope.baseline_instances, "candidate": scope.candidate_instances,
@@ -276,7 +238,7 @@ class ComparisonEntry:
     instances: InstanceScope | None = json_field(default=None, omit_none=True,
                                                  convert=instances_json)
     # the test, its unit (instance means or trials) and Holm's family, said once per pair:
-    # the same words `gate` prints (comparison.judgement_text)
+    # the same words `gate` prints (wording.judgement_text)
     judgement: str = ""
 
     def __post_init__(self) -> None:
@@ -352,70 +314,6 @@ class ExperimentSummary(EchoesScenario):
 # building
 
 
-def sized_across_trials(rule: SloRule, trials: Sequence[Trial]) -> SloRule:
-    """A warm-up rule across trials: the median of the thresholds the trials sized on their
-    own warm-ups (unsized when none did)."""
-    thresholds = [entry.rule.threshold for trial in trials for entry in trial.outcome.slos
-                  if entry.rule == rule and entry.rule.sized]
-    return dataclasses.replace(
-        rule, threshold=float(np.median(thresholds)) if thresholds else math.nan)
-
-
-def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> SloEntry:
-    """k >= 2 valid trials: decided between trials (scope `between-trials`) from the interval
-    across the per-trial statistics; for the error rate, the wider of that interval and the
-    exact bounds on the pooled counts (identical per-trial rates, e.g. all zero, still leave
-    the counts' uncertainty). One trial: that trial's own verdict (`within-instance`); trials
-    that shared a server instance (attach mode, one label) are `within-instance` too."""
-    valid = [t for t in group.trials if t.valid]
-    if rule.warmup_factor is not None:  # `3x warmup`: each trial sized it on its own warm-up
-        rule = sized_across_trials(rule, valid)
-        if not rule.sized:
-            return SloEntry(rule=rule,
-                            observed=ReportedEstimate.of(unsized_result(rule).observed),
-                            verdict=Verdict.INCONCLUSIVE,
-                            basis="no valid trial sized the warm-up threshold",
-                            scope=VerdictScope.BETWEEN_TRIALS)
-    if len(valid) == 1:
-        own = next(s for s in valid[0].outcome.slos if s.rule == rule)
-        return SloEntry(rule=rule, observed=own.observed, verdict=own.verdict,
-                        basis=f"single trial: {own.basis}", scope=VerdictScope.WITHIN_INSTANCE)
-    estimate = center_estimate(group, rule.cell, confidence)
-    center = ("geometric mean, t interval on logs" if estimate.method == "t-log-across-trials"
-              else "mean, t interval (a value <= 0)")
-    part = f"part {rule.part!r}: " if rule.part else ""
-    basis = f"{part}{estimate.n} trials' {rule.statistic} ({estimate.method}: {center})"
-    if metric_named(rule.metric).kind is MetricKind.FRACTION:  # pooled counts too
-        judged = [t.series if rule.part is None else t.parts.get(rule.part)
-                  for t in valid]
-        failed = sum(series.failed for series in judged if series is not None)
-        requests = sum(series.requests for series in judged if series is not None)
-        pooled = rate_estimate(failed, requests, confidence)
-        estimate = _wider(pooled, estimate)
-        basis = (f"{failed} of {requests} requests failed over {len(valid)} trials: the wider "
-                 f"of the exact bounds on the pooled counts and the interval across trials")
-    scope = VerdictScope.BETWEEN_TRIALS
-    if group.instances < len(valid):  # trials that shared a server cover no restart variation
-        scope = VerdictScope.WITHIN_INSTANCE
-        basis += (f"; {len(valid)} trials on {group.instances} server instance(s): "
-                  f"within-instance")
-    return SloEntry(rule=rule, observed=ReportedEstimate.of(estimate),
-                    verdict=slo_verdict(estimate, rule.comparator, rule.threshold), basis=basis,
-                    scope=scope)
-
-
-def _wider(first: Estimate, second: Estimate) -> Estimate:
-    """`first`'s value with the union of both intervals (an open side stays open)."""
-    if first.ci_low is None or first.ci_high is None:
-        return first
-    if second.value is None or second.ci_low is None or second.ci_high is None:
-        return dataclasses.replace(first, warnings=(*first.warnings, *second.warnings))
-    return dataclasses.replace(first, ci_low=min(first.ci_low, second.ci_low),
-                               ci_high=max(first.ci_high, second.ci_high),
-                               method=f"{first.method}+{second.method}",
-                               warnings=(*first.warnings, *second.warnings))
-
-
 def pooled_series(trials: Sequence[Trial]) -> RunSeries:
     """All valid trials' measured requests together (for distribution plots only)."""
     valid = [t.series for t in trials if t.valid] or [t.series for t in trials]
@@ -472,18 +370,6 @@ def _variant(group: Group, cells: Sequence[str], folder: str, slos: Sequence[Slo
         slos=tuple(slos), server_args=server_args)
 
 
-def machines_warning(trials: Sequence[Trial]) -> str | None:
-    """When an experiment's trials ran on more than one set of GPUs (resumed on another
-    machine), which trials ran where: their comparison includes the machine."""
-    where = machines_text([(t.run_dir.name, gpu_set(t.provenance))
-                           for t in sorted(trials, key=lambda t: t.position)])
-    if where is None:
-        return None
-    return (f"the trials ran on {where}: a comparison of trials from different machines "
-            "includes the machine; an arm whose trials all ran on one machine and another's "
-            "on the other confounds the two")
-
-
 def _excluded_warning(variant: VariantEntry) -> list[str]:
     excluded = len(variant.trials) - variant.valid_trials
     if variant.valid_trials > 0 and excluded:
@@ -518,46 +404,6 @@ def _compare(groups: Sequence[Group], cells: Sequence[str], alpha: float, effect
         (benchstat_table(groups, families, cells),) if families else (), reach, shared)
 
 
-def round_values(baseline: Group, candidate: Group, cells: Sequence[str]
-                 ) -> dict[str, tuple[list[float], list[float]]]:
-    """Per cell, each arm's per-trial values in round order (its trials by position), NaN in
-    the place of an invalid trial or one without a value: what a look tests."""
-    def values(group: Group, cell: str) -> list[float]:
-        result = []
-        for trial in sorted(group.trials, key=lambda t: t.position):
-            value = trial_cell_value(trial, cell) if trial.valid else None
-            result.append(math.nan if value is None else value)
-        return result
-
-    return {cell: (values(baseline, cell), values(candidate, cell)) for cell in cells}
-
-
-def look_decisions(design: SequentialDesign, groups: Sequence[Group], cells: Sequence[str],
-                   trials_per_arm: int) -> tuple[tuple[str, tuple[CellDecision, ...]], ...]:
-    """Each candidate's decisions against the baseline (the first group) at the look after
-    `trials_per_arm` rounds: (candidate label, one decision per cell)."""
-    baseline = groups[0]
-    return tuple((candidate.label, _boxed(design, baseline, candidate, cells, trials_per_arm))
-                 for candidate in groups[1:])
-
-
-def _boxed(design: SequentialDesign, baseline: Group, candidate: Group, cells: Sequence[str],
-           trials_per_arm: int) -> tuple[CellDecision, ...]:
-    """`decide_cells` of a pair, each quantised cell's decision held against its phase-bias
-    box (`quantised_cells.decision_over_box`), so the runner's stopping rule and the summary
-    see the box as `compare_pair` does."""
-    values = round_values(baseline, candidate, cells)
-    quantised = pair_quantisation(baseline, candidate, cells)
-    decided = []
-    for decision in decide_cells(design, trials_per_arm, values):
-        base, cand = values[decision.cell]
-        boxed = decision_over_box(decision, base, cand,
-                                  pair_bias_log(quantised.get(decision.cell, ())),
-                                  design.test, design.effect)
-        decided.append(decision if boxed is None else boxed.decision)
-    return tuple(decided)
-
-
 def _with_decisions(comparisons: Sequence[ComparisonEntry], design: SequentialDesign,
                     decided: Sequence[tuple[str, tuple[CellDecision, ...]]], trials_per_arm: int
                     ) -> tuple[ComparisonEntry, ...]:
@@ -582,41 +428,12 @@ def decision_table(comparisons: Sequence[ComparisonEntry], cells: Sequence[str],
 
     rows = tuple((cell, *(shown(comparison.cells[index].decision) for comparison in comparisons))
                  for index, cell in enumerate(cells))
-    kind = ("sequential design, O'Brien-Fleming-type alpha spending over the looks"
-            if design.sequential else "fixed design, one look")
-    notes = [f"decision: {kind}; changed = significant after Holm, equivalent = within "
-             f"±{design.effect:.0%} by two one-sided tests, each at alpha "
-             f"{design.alpha:g} (docs/statistics.md)"]
+    notes = [decision_legend(design)]
     if stopping is not None:
         notes.append(stopping.text)
     return TextTable(
         header=("decision", *(f"{c.candidate} vs {c.baseline}" for c in comparisons)),
         rows=rows, notes=tuple(notes))
-
-
-def side_by_side_warnings(scenario: Scenario, rounds: int | None = None) -> list[str]:
-    """What running the variants at once means for the comparison (the confound), with the
-    rotation of device slots each variant saw."""
-    spec = scenario.side_by_side
-    if spec is None:
-        return []
-    names = list(scenario.variants)
-    rounds = scenario.max_trials if rounds is None else rounds
-    seen = {name: [spec.slot_of(k, r) for r in range(rounds)] for k, name in enumerate(names)}
-    placement = "; ".join(
-        f"{name} on " + ", ".join("[" + ",".join(map(str, slot)) + "]" for slot in slots)
-        for name, slots in seen.items())
-    warnings = [
-        f"side by side: each round's variants ran at the same time, on device slots rotated "
-        f"every round ({placement}). They shared this host's CPUs, memory bandwidth and "
-        f"interconnect, so a difference can come from running together or from a device as "
-        f"well as from the config; run without side_by_side to confirm a finding."]
-    if rounds % len(spec.devices):
-        warnings.append(
-            f"side by side: {rounds} round(s) do not rotate evenly over {len(spec.devices)} "
-            f"device slots — a device's own speed is not balanced across variants (use a "
-            f"multiple of {len(spec.devices)} trials)")
-    return warnings
 
 
 def build_experiment_summary(scenario: Scenario, trials: Sequence[Trial], run_id: str,

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_slo.analysis.comparison import format_change_interval, format_ratio
 from vllm_slo.analysis.tuning import (
     CandidateResult,
     Gain,
@@ -24,6 +23,7 @@ from vllm_slo.analysis.tuning import (
     pareto_front,
     rank_candidates,
 )
+from vllm_slo.analysis.wording import format_change_interval, format_ratio
 from vllm_slo.run_folder.run_files import RECOMMENDED_CONFIG_FILE
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.model import Scenario

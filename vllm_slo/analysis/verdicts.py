@@ -1,7 +1,9 @@
-"""SLO verdicts from confidence bounds, and the run's exit code (pure).
+"""SLO verdicts from confidence bounds, why a run's measurement is invalid, and the run's exit
+code (pure).
 
 Every SLO is evaluated before the exit code is chosen: 0 all pass, 1 any fail, 3 inconclusive
-(none failed), 4 the measurement is invalid (no successful request, server died, ...).
+(none failed), 4 the measurement is invalid (no successful request, server died, ...: every
+reason is `invalid_reasons`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from typing import Protocol
 
 import numpy as np
 
+from vllm_slo.analysis.client_health import ClientHealth
+from vllm_slo.analysis.outages import Outage, Stall
+from vllm_slo.analysis.prefix_cache import PrefixCacheCheck
 from vllm_slo.analysis.run_metrics import RunSeries, RunSummary
+from vllm_slo.run_folder.run_status import RunStatus
 from vllm_slo.scenarios.errors import ExitCode
 from vllm_slo.scenarios.metrics import PER_REQUEST_LATENCY_METRICS, MetricKind, metric_named
 from vllm_slo.scenarios.slo import SloRule
@@ -29,6 +35,12 @@ from vllm_slo.stats.statistics import (
     quantile_effective_size,
     slo_verdict,
 )
+
+INTERRUPTED_REASON = "the run was interrupted before its planned end"
+# the runner writes run_status.json and samples.parquet on every way out it controls (end,
+# failure, Ctrl-C); a folder with neither was cut short (the runner killed hard) or is running
+UNFINISHED_REASON = ("the run did not finish (no run_status.json nor samples.parquet: the "
+                     "runner was killed or is still running); the rows on disk are reported")
 
 
 class VerdictScope(str, Enum):
@@ -273,4 +285,34 @@ def invalid_measurement_reasons(summary: RunSummary, server_failure: str | None,
         reasons.append(f"load generator failed: {load_generator_failure}")
     if summary.ok == 0:
         reasons.append("no successful request in the measured window")
+    return tuple(reasons)
+
+
+def invalid_reasons(summary: RunSummary, status: RunStatus, *,
+                    max_client_send_lag_p99_s: float | None, health: ClientHealth,
+                    outages: Sequence[Outage], stalls: Sequence[Stall],
+                    run_start_unix_s: float, status_damage: str | None, unfinished: bool,
+                    prefix_cache: PrefixCacheCheck | None) -> tuple[str, ...]:
+    """Every reason the run's measurement is invalid (exit code 4; none: it is valid), in the
+    order summary.json lists them: the measurement's own (send lag, server or load generator
+    failure, no success), the client's health, the server's outages and stalls, an abort, an
+    interruption, a damaged run_status.json or else an unfinished run (`unfinished`: neither
+    run_status.json nor samples.parquet was written), a missed prefix-cache target."""
+    reasons = [*invalid_measurement_reasons(summary, status.server_failure,
+                                            status.load_generator_failure,
+                                            max_client_send_lag_p99_s),
+               *health.reasons,
+               *(outage.reason(run_start_unix_s) for outage in outages),
+               # a frozen server refuses nothing: its requests hang until a timeout cuts them
+               *(stall.reason(run_start_unix_s) for stall in stalls)]
+    if status.aborted:
+        reasons.append(f"aborted by abort_on: {status.aborted}")
+    if status.interrupted:
+        reasons.append(INTERRUPTED_REASON)
+    if status_damage is not None:
+        reasons.append(status_damage)
+    elif unfinished:
+        reasons.append(UNFINISHED_REASON)
+    if prefix_cache is not None and prefix_cache.missed:
+        reasons.append(prefix_cache.reason)
     return tuple(reasons)

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, get_args
 
 from vllm_slo.analysis.comparison import Group
-from vllm_slo.analysis.experiment_design import StopReason
+from vllm_slo.analysis.experiment_design import Stopping, StopReason
 from vllm_slo.analysis.experiment_summary import (
     ExperimentSummary,
-    Stopping,
     build_experiment_summary,
     pooled_series,
 )

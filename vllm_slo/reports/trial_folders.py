@@ -14,8 +14,8 @@ import yaml
 
 from vllm_slo.analysis.run_metrics import run_parts, run_series
 from vllm_slo.analysis.trials import Trial, TrialOutcome
+from vllm_slo.analysis.verdicts import INTERRUPTED_REASON
 from vllm_slo.redaction import REDACTED, redact_secrets, redact_text, redacted_keys
-from vllm_slo.reports.run_report import INTERRUPTED_REASON
 from vllm_slo.reports.samples import load_samples
 from vllm_slo.run_folder.folder_kind import TRIAL_KINDS, folder_kind
 from vllm_slo.run_folder.provenance import Provenance

@@ -16,20 +16,20 @@ from typing import Any
 
 import yaml
 
-from vllm_slo.analysis.comparison import (
-    TABLE_LEGEND,
-    TEST_TEXT,
-    UNDECIDED_WITHIN_INSTANCE,
-    format_estimate,
-    format_level,
-    trial_values_text,
-)
+from vllm_slo.analysis.comparison import UNDECIDED_WITHIN_INSTANCE
 from vllm_slo.analysis.experiment_summary import (
     CellComparisonEntry,
     ExperimentSummary,
     VariantEntry,
 )
 from vllm_slo.analysis.run_metrics import RunSeries
+from vllm_slo.analysis.wording import (
+    TABLE_LEGEND,
+    TEST_TEXT,
+    format_estimate,
+    format_level,
+    trial_values_text,
+)
 from vllm_slo.redaction import redact_secrets, redact_text
 from vllm_slo.reports.render.experiment_text import cv_text, trials_text
 from vllm_slo.reports.render.figures import (

@@ -1,16 +1,16 @@
 """Plain text of an experiment's or a comparison's summary, for the terminal (the formatters
-are the run report's, `render.text`, and the comparison's, `analysis.comparison`)."""
+are the run report's, `render.text`, and the comparison's, `analysis.wording`)."""
 
 from __future__ import annotations
 
 import json
 
-from vllm_slo.analysis.comparison import format_estimate, trial_values_text
 from vllm_slo.analysis.experiment_summary import (
     ExperimentSummary,
     PlanEntry,
     VariantEntry,
 )
+from vllm_slo.analysis.wording import format_estimate, trial_values_text
 from vllm_slo.reports.render.tables import tables_text
 from vllm_slo.reports.render.text import format_observed, format_trials_needed, scope_note
 

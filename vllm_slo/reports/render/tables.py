@@ -1,13 +1,13 @@
 """Text tables laid out in benchstat's way, for the terminal, the experiment page's <pre> block
 and summary.json's `benchstat`: each column padded to its widest cell, two spaces between
 columns, a dashed rule under the header, then the table's notes (legend, test, footnotes) one
-line each. The analysis builds the tables as data (`analysis.comparison.TextTable`)."""
+line each. The analysis builds the tables as data (`analysis.wording.TextTable`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllm_slo.analysis.comparison import TextTable
+from vllm_slo.analysis.wording import TextTable
 
 
 def table_text(table: TextTable) -> str:

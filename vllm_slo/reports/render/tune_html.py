@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import yaml
 
-from vllm_slo.analysis.comparison import format_cell_value
 from vllm_slo.analysis.tune_summary import (
     TuneSummary,
     args_text,
@@ -16,6 +15,7 @@ from vllm_slo.analysis.tune_summary import (
     versus_text,
 )
 from vllm_slo.analysis.tuning import median_or_nan
+from vllm_slo.analysis.wording import format_cell_value
 from vllm_slo.redaction import redact_secrets
 from vllm_slo.reports.render.figures import pareto_figure
 from vllm_slo.reports.render.html import FigureView, render_template
