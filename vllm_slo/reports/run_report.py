@@ -181,7 +181,8 @@ def load_run(run_dir: Path) -> LoadedRun:
     sizing = size_rules(scenario.slo.rules(), table, scenario.traffic.warmup_s)
     sized = [rule for rule in sizing.rules if not is_unsized(rule)]
     evaluated = iter(evaluate_slos(sized, series, summary, parts=parts))
-    slo_results = tuple(unsized_result(rule) if is_unsized(rule) else next(evaluated)
+    slo_results = tuple(unsized_result(rule, scenario.traffic.warmup_s) if is_unsized(rule)
+                        else next(evaluated)
                         for rule in sizing.rules)
     invalid = invalid_measurement_reasons(summary, status.server_failure,
                                           status.load_generator_failure,
