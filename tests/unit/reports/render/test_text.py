@@ -6,6 +6,7 @@ sample of ttft to size 'p50 < 3x warmup' from" twice, cut off. The shared verdic
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from markupsafe import escape as html_escape
@@ -107,3 +108,17 @@ def test_an_slo_with_an_observation_shows_it_not_its_basis() -> None:
                           verdict=Verdict.PASS)
     assert unobserved_basis(not_estimable) is None  # decided: "not estimable" says it
     assert format_threshold(decided) == "< 1.00s"
+
+
+def test_a_percentile_without_any_sample_names_the_metric(tmp_path: Path) -> None:
+    """An SLO on reasoning time of a model that does not reason: the basis says which samples
+    are missing (it said "no samples")."""
+    table = synthesis.synthetic_table(120, chunks=8, warmup_s=2.0, duration_s=20.0, seed=5)
+    scenario = synthesis.scenario_document("no-reasoning", duration_s=20.0, warmup_s=2.0,
+                                           slo={"reasoning_time": ["p90 < 2s"]})
+    rendered = render_run(synthesis.write_run_folder(tmp_path / "run", table, scenario,
+                                                     via_writer=False))
+    why = "no reasoning_time sample in the measured window"
+    assert rendered.summary["slos"][0]["basis"] == why
+    assert rendered.text.count(why) == 1
+    assert "INCONCLUSIVE reasoning_time p90 < 2s  " + why in rendered.text
