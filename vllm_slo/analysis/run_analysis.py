@@ -99,7 +99,8 @@ def analyse_run(contents: RunFolderContents) -> LoadedRun:
     sizing = size_rules(scenario.slo.rules(), table, scenario.traffic.warmup_s)
     sized = [rule for rule in sizing.rules if not is_unsized(rule)]
     evaluated = iter(evaluate_slos(sized, series, summary, parts=parts))
-    slo_results = tuple(unsized_result(rule) if is_unsized(rule) else next(evaluated)
+    slo_results = tuple(unsized_result(rule, scenario.traffic.warmup_s) if is_unsized(rule)
+                        else next(evaluated)
                         for rule in sizing.rules)
     traffic = scenario.traffic
     closed = traffic.arrival.kind == "closed"

@@ -14,7 +14,7 @@ from vllm_slo.analysis.comparison import Group, center_estimate
 from vllm_slo.analysis.summary import ReportedEstimate, SloEntry
 from vllm_slo.analysis.trials import Trial
 from vllm_slo.analysis.verdicts import VerdictScope
-from vllm_slo.analysis.warmup_sizing import unsized_result
+from vllm_slo.analysis.warmup_sizing import unsized_estimate
 from vllm_slo.scenarios.metrics import MetricKind, metric_named
 from vllm_slo.scenarios.slo import SloRule
 from vllm_slo.stats.statistics import Estimate, Verdict, rate_estimate, slo_verdict
@@ -39,10 +39,10 @@ def slo_across_trials(group: Group, rule: SloRule, confidence: float = 0.95) -> 
     if rule.warmup_factor is not None:  # `3x warmup`: each trial sized it on its own warm-up
         rule = sized_across_trials(rule, valid)
         if not rule.sized:
+            why = "no valid trial sized the warm-up threshold"
             return SloEntry(rule=rule,
-                            observed=ReportedEstimate.of(unsized_result(rule).observed),
-                            verdict=Verdict.INCONCLUSIVE,
-                            basis="no valid trial sized the warm-up threshold",
+                            observed=ReportedEstimate.of(unsized_estimate(why, confidence)),
+                            verdict=Verdict.INCONCLUSIVE, basis=why,
                             scope=VerdictScope.BETWEEN_TRIALS)
     if len(valid) == 1:
         own = next(s for s in valid[0].outcome.slos if s.rule == rule)

@@ -178,7 +178,8 @@ def _evaluate(rule: SloRule, series: RunSeries, summary: RunSummary, confidence:
             series.latency(rule.metric), rule.percentile, rule.comparator, rule.threshold,
             confidence, None if known is None else known.percentiles.get(rule.percentile))
         if test.fraction_below is None:
-            basis = "no samples"
+            part = f" of part {rule.part!r}" if rule.part else ""
+            basis = f"no {rule.metric} sample in the measured window{part}"
         else:
             needs = "more" if rule.comparator[0] == "<" else "less"
             unit = f"{metric_named(rule.metric).sampled_per}s"

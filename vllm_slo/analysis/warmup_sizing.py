@@ -11,7 +11,8 @@ latency promise: SLOs of a deployment are absolute thresholds (`p95 < 50ms`).
 
 The sized value is said with every verdict (`WarmupSizing.notes`, shown with the run's
 warnings). A rule whose warm-up holds no sample of its metric cannot be sized: it stays
-unsized (NaN threshold) and its verdict is INCONCLUSIVE (`unsized_result`), never a PASS.
+unsized (NaN threshold) and its verdict is INCONCLUSIVE (`unsized_result`), never a PASS;
+its verdict's basis is the one sentence that says why (no note repeats it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ FEW_WARMUP_SAMPLES = 20  # a baseline from fewer samples is said to be rough
 @dataclass(frozen=True, slots=True)
 class WarmupSizing:
     """Every rule, the warm-up ones with their sized threshold (NaN where no warm-up sample of
-    the metric exists), and one note per warm-up rule saying how it was sized."""
+    the metric exists), and one note per sized warm-up rule saying how it was sized (an
+    unsized rule's verdict says why: `unsized_basis`)."""
 
     rules: tuple[SloRule, ...]
     notes: tuple[str, ...]
@@ -84,10 +86,8 @@ def size_rules(rules: Sequence[SloRule], table: pa.Table, warmup_s: float) -> Wa
         metric = metric_named(rule.metric)
         unit = f"{metric.sampled_per}s"
         label = f"{rule.part + ': ' if rule.part else ''}{rule.metric} {rule.text}"
-        if value is None:
+        if value is None:  # its verdict's basis says why (unsized_basis)
             sized.append(rule)
-            notes.append(f"{label}: not sized, the warm-up ({warmup_s:g} s) holds no "
-                         f"successful {rule.metric} sample (its verdict is INCONCLUSIVE)")
             continue
         threshold = rule.warmup_factor * value
         sized.append(replace(rule, threshold=threshold))
@@ -101,11 +101,26 @@ def size_rules(rules: Sequence[SloRule], table: pa.Table, warmup_s: float) -> Wa
     return WarmupSizing(tuple(sized), tuple(notes))
 
 
-def unsized_result(rule: SloRule, confidence: float = 0.95) -> SloResult:
-    """The verdict of a warm-up rule that could not be sized: INCONCLUSIVE, saying why."""
-    why = f"no warm-up sample of {rule.metric} to size '{rule.text}' from"
-    return SloResult(rule, Estimate(None, None, None, confidence, 0, 0.0, "none", (why,)),
-                     Verdict.INCONCLUSIVE, why)
+def unsized_basis(rule: SloRule, warmup_s: float) -> str:
+    """Why a warm-up rule could not be sized, as one sentence: `no warm-up sample of ttft to
+    size 'p50 < 3x warmup' (traffic.warmup is 0 s)`."""
+    metric = rule.metric + (f" in part {rule.part!r}" if rule.part else "")
+    why = ("traffic.warmup is 0 s" if warmup_s <= 0 else
+           f"no successful {rule.metric} sample in the {warmup_s:g} s warm-up")
+    return f"no warm-up sample of {metric} to size '{rule.text}' ({why})"
+
+
+def unsized_estimate(why: str, confidence: float = 0.95) -> Estimate:
+    """The observation of a rule without a threshold: no value, `why` its warning."""
+    return Estimate(None, None, None, confidence, 0, 0.0, "none", (why,))
+
+
+def unsized_result(rule: SloRule, warmup_s: float, confidence: float = 0.95) -> SloResult:
+    """The verdict of a warm-up rule that could not be sized from the run's `warmup_s` of
+    warm-up: INCONCLUSIVE, its basis (and its observation's warning) saying why in one
+    sentence (`unsized_basis`)."""
+    why = unsized_basis(rule, warmup_s)
+    return SloResult(rule, unsized_estimate(why, confidence), Verdict.INCONCLUSIVE, why)
 
 
 def is_unsized(rule: SloRule) -> bool:

@@ -250,18 +250,21 @@ def _layout(title: str | None, height: int, margin: Mapping[str, int] = _SUBPLOT
     return layout
 
 
-def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries]) -> str:
-    grid_rows = (len(LATENCY_METRICS) + 1) // 2
+def latency_ecdf_figure(series_by_label: Mapping[str, RunSeries],
+                        metrics: Sequence[str] = LATENCY_METRICS) -> str:
+    """One ECDF panel per latency metric in `metrics` (a run's page leaves out those that
+    cannot apply to it: `applicable.shown_latency_metrics`), two panels a row."""
+    grid_rows = (len(metrics) + 1) // 2
     grid = Grid(rows=grid_rows, cols=2, vertical_spacing=0.28 / grid_rows,
-                titles=tuple(METRICS[m].title for m in LATENCY_METRICS))
+                titles=tuple(METRICS[m].title for m in metrics))
     traces: list[Spec] = []
-    thinned = any(series.latency(m).size > MAX_ECDF_POINTS for m in LATENCY_METRICS
+    thinned = any(series.latency(m).size > MAX_ECDF_POINTS for m in metrics
                   for series in series_by_label.values())
     note = f"; ≤ {MAX_ECDF_POINTS:,} quantiles a curve" if thinned else ""
     layout = _layout("Latency distributions (ECDF, measured window, successful "
                      f"requests{note})", 350 * grid_rows,
                      showlegend=not _single(series_by_label))
-    for index, metric in enumerate(LATENCY_METRICS):
+    for index, metric in enumerate(metrics):
         row, col = divmod(index, 2)
         for number, (label, series) in enumerate(series_by_label.items()):
             x, y = ecdf_points(series.latency(metric))

@@ -41,6 +41,7 @@ from vllm_slo.analysis.summary import (
     TrafficFacts,
 )
 from vllm_slo.redaction import redact_secrets, redact_text
+from vllm_slo.reports.render.applicable import shown_latency_metrics, shown_metrics
 from vllm_slo.reports.render.figures import (
     build_health,
     build_timeline,
@@ -53,6 +54,7 @@ from vllm_slo.reports.render.figures import (
 )
 from vllm_slo.reports.render.plotly_bundle import plotly_js
 from vllm_slo.reports.render.text import (
+    basis_warnings,
     format_interval,
     format_latency,
     format_metric_value,
@@ -118,13 +120,15 @@ class ProfileTable:
     metric_rows: list[MetricRow]
 
 
-def profile_tables(parts: Mapping[str, ProfileEntry] | None) -> list[ProfileTable]:
-    """A mix's parts (`by_profile`) or a LoRA mix's names (`by_adapter`), a table each."""
+def profile_tables(summary: RunSummaryDocument, parts: Mapping[str, ProfileEntry] | None
+                   ) -> list[ProfileTable]:
+    """A mix's parts (`by_profile`) or a LoRA mix's names (`by_adapter`), a table each, with
+    the rows that apply to the run (`applicable.shown_metrics`)."""
     return [ProfileTable(
         name, f"{part.requests.measured:,} requests ({part.requests.ok:,} ok, "
               f"{part.requests.failed:,} failed), output "
               f"{format_rate(part.output_tokens_per_s, 'tok/s')}",
-        metric_rows(part.metrics)) for name, part in (parts or {}).items()]
+        metric_rows(shown_metrics(summary, part.metrics))) for name, part in (parts or {}).items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +194,7 @@ class ReportView:
 def slo_rows(slos: Sequence[SloEntry]) -> list[SloRow]:
     return [SloRow(verdict=s.verdict.value, verdict_class=s.verdict.value.lower(),
                    name=slo_name(s), objective=s.rule.text, threshold=format_threshold(s),
-                   observed=format_observed(s), basis=s.basis,
-                   warnings=list(s.observed.warnings))
+                   observed=format_observed(s), basis=s.basis, warnings=basis_warnings(s))
             for s in slos]
 
 
@@ -463,7 +466,8 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
     scenario = redact_secrets(dict(summary.scenario))
     timeline = build_timeline(table, float(scenario["traffic"]["duration"]))
     distribution_figures = [
-        FigureView("fig-ecdf", "Latency distributions", latency_ecdf_figure({label: series}))]
+        FigureView("fig-ecdf", "Latency distributions", latency_ecdf_figure(
+            {label: series}, shown_latency_metrics(summary)))]
     time_figures = [
         FigureView("fig-timeline", "Latency over time", timeline_figure({label: timeline})),
         FigureView("fig-throughput", "Throughput over time",
@@ -515,8 +519,9 @@ def build_view(summary: RunSummaryDocument, series: RunSeries, table: pa.Table,
         outcome_class=verdict.lower(), verdict_summary=verdict_counts(summary.slos),
         slo_rows=slo_rows(summary.slos), verdict_scope=scope_note(summary.slos),
         summary_columns=list(SUMMARY_COLUMNS),
-        metric_rows=metric_rows(summary.metrics), profile_tables=profile_tables(summary.by_profile),
-        adapter_tables=profile_tables(summary.by_adapter),
+        metric_rows=metric_rows(shown_metrics(summary)),
+        profile_tables=profile_tables(summary, summary.by_profile),
+        adapter_tables=profile_tables(summary, summary.by_adapter),
         totals=totals(summary),
         distribution_figures=distribution_figures, time_figures=time_figures, server=server,
         health=health_view,

@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from vllm_slo.analysis.summary import RunSummaryDocument, SloEntry
 from vllm_slo.redaction import redact_text
 from vllm_slo.reports.render.text import (
+    basis_warnings,
     format_observed,
     format_threshold,
     outcome,
@@ -77,7 +78,7 @@ class JunitSuite:
         comparison = (f"observed {format_observed(slo)} vs threshold {format_threshold(slo)} "
                       f"({slo.scope.value})")
         _sub(_sub(case, "properties"), "property", name="verdict_scope", value=slo.scope.value)
-        details = "\n".join([slo.basis, slo.scope.note, *slo.observed.warnings])
+        details = "\n".join([slo.basis, slo.scope.note, *basis_warnings(slo)])
         verdict = slo.verdict.value
         if invalid:
             self.mark(case, "error", details, message=f"measurement invalid, verdict {verdict} "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vllm_slo.analysis.summary import RunSummaryDocument
 from vllm_slo.redaction import redact_text
+from vllm_slo.reports.render.applicable import shown_metrics
 from vllm_slo.reports.render.text import (
     OPEN_FOOTNOTE,
     client_line,
@@ -26,6 +27,7 @@ from vllm_slo.reports.render.text import (
     requests_line,
     scope_note,
     slo_name,
+    unobserved_basis,
     verdict_counts,
 )
 
@@ -64,13 +66,15 @@ def render_markdown(summary: RunSummaryDocument) -> str:
         for slo in summary.slos:
             name = slo.verdict.value
             shown = f"**{name}**" if name != "PASS" else name
+            basis = unobserved_basis(slo)  # the sentence saying why nothing was observed
+            observed = cell(format_observed(slo)) if basis is None else escape(basis)
             lines.append(_row([shown, cell(slo_name(slo)), cell(format_threshold(slo)),
-                               cell(format_observed(slo))]))
+                               observed]))
         lines += ["", cell(scope_note(summary.slos)), ""]
     lines.append(_row(["metric", "count", "mean", "p50", "p95", "p99"]))
     lines.append(_row(["---", "---:", "---:", "---:", "---:", "---:"]))
     any_open = False
-    for name, metric in summary.metrics.items():
+    for name, metric in shown_metrics(summary).items():
         estimates = [metric.percentiles[k] for k in ("p50", "p95", "p99")]
         any_open = any_open or any(is_open(e) for e in estimates)
         lines.append(_row([name, str(metric.count), format_latency(metric.mean),

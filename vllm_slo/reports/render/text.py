@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from vllm_slo.analysis.summary import ReportedEstimate, RunSummaryDocument, SloEntry
 from vllm_slo.analysis.verdicts import VerdictScope
+from vllm_slo.reports.render.applicable import shown_metrics
 from vllm_slo.scenarios.metrics import METRICS, format_per_second
 from vllm_slo.scenarios.units import format_duration_s
 from vllm_slo.stats.statistics import SECTIONING_METHOD
@@ -94,7 +95,9 @@ def format_metric_value(metric: str, estimate: ReportedEstimate, decided: bool =
 def format_observed(slo: SloEntry) -> str:
     """An SLO's observed statistic with its CI in the metric's unit; an interval from the
     sectioning fallback (not order statistics) says so: `53.9ms [50.2ms, 58.1ms]
-    (sectioning-log)`."""
+    (sectioning-log)`; a rule without a threshold (not sized) is `not judged`."""
+    if not slo.rule.sized:
+        return "not judged"
     text = format_metric_value(slo.rule.metric, slo.observed,
                                decided=slo.verdict.value in ("PASS", "FAIL"))
     if slo.observed.method == SECTIONING_METHOD:
@@ -103,10 +106,36 @@ def format_observed(slo: SloEntry) -> str:
 
 
 def format_threshold(slo: SloEntry) -> str:
-    """`< 2.00s`, `< 1.00%`, `> 100.0 tok/s`: comparator and threshold in the metric's unit."""
+    """`< 2.00s`, `< 1.00%`, `> 100.0 tok/s`: comparator and threshold in the metric's unit;
+    a warm-up rule that could not be sized as written: `< 3x warmup (not sized)`."""
     rule = slo.rule
+    if not rule.sized:
+        written = rule.text.partition(rule.comparator)[2].strip()
+        return f"{rule.comparator} {written} (not sized)"
     metric = METRICS[rule.metric]
     return f"{rule.comparator} {metric.format_value(rule.threshold)}{metric.suffix}"
+
+
+def unobserved_basis(slo: SloEntry) -> str | None:
+    """The basis of an undecided SLO that observed nothing (a warm-up threshold that could not
+    be sized, a part without requests, no sample): the one sentence that says why, which the
+    terminal and summary.md show in place of an observation. None for any other SLO."""
+    if slo.observed.value is None and slo.verdict.value == "INCONCLUSIVE" and slo.basis:
+        return slo.basis
+    return None
+
+
+def basis_warnings(slo: SloEntry) -> list[str]:
+    """The observation's warnings that its verdict's basis does not already say: what a page
+    shows under the basis (a basis made of the warnings says them once)."""
+    return [warning for warning in slo.observed.warnings if warning not in slo.basis]
+
+
+def verdict_evidence(slo: SloEntry) -> str:
+    """What the terminal's verdict line says after the SLO: `observed 101.0ms [95.0ms,
+    107.0ms]`, or the basis of an SLO that observed nothing (`unobserved_basis`)."""
+    basis = unobserved_basis(slo)
+    return basis if basis is not None else f"observed {format_observed(slo)}"
 
 
 def slo_name(slo: SloEntry) -> str:
@@ -269,7 +298,7 @@ def render_table(summary: RunSummaryDocument) -> str:
     columns = ["metric", "count", "mean", "p50", "p90", "p95", "p99"]
     rows = [columns]
     any_open = False
-    for name, metric in summary.metrics.items():
+    for name, metric in shown_metrics(summary).items():
         p = metric.percentiles
         cells = [p[k] for k in ("p50", "p90", "p95", "p99")]
         any_open = any_open or any(is_open(e) for e in cells)
@@ -311,7 +340,7 @@ def render_table(summary: RunSummaryDocument) -> str:
         width = max(len(slo_label(slo)) for slo in summary.slos)
         for slo in summary.slos:
             lines.append(f"{slo.verdict.value:<12} {slo_label(slo):<{width}}  "
-                         f"observed {format_observed(slo)}")
+                         f"{verdict_evidence(slo)}")
         lines.append(f"({scope_note(summary.slos)})")
     for reason in summary.invalid_reasons:
         lines.append(f"INVALID      {reason}")
