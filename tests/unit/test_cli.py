@@ -53,3 +53,24 @@ def test_tune_usage_errors(capsys: pytest.CaptureFixture, tmp_path) -> None:
     assert main(["--runs-dir", str(tmp_path), "tune", "scenario=chat"]) == 2  # no tune section
     assert "has no tune section" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_opens_with_what_the_tool_does_and_lists_every_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`vllm-slo --help`: after argparse's usage line, one line for users saying what the tool
+    does; every command the parser takes is listed, and the exit codes; no developer prose."""
+    from vllm_slo import cli
+
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("usage: vllm-slo")
+    description = next(line for line in lines[1:] if not line.startswith(" "))
+    assert description.startswith("Load-test a vLLM server against SLOs")
+    commands = cli._parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    listed = {line.split()[0] for line in text.split("commands:")[1].split("exit codes")[
+        0].splitlines() if line.startswith("  ") and not line.startswith("   ")}
+    assert set(commands) <= listed, set(commands) - listed
+    assert "exit codes: 0 every SLO passed" in text and "4 the measurement is invalid" in text
+    for prose in ("thin command line", "main(argv)", "library"):
+        assert prose not in text

@@ -372,7 +372,7 @@ def test_the_report_shows_the_trace_next_to_what_was_sent() -> None:
     assert trace_line(SimpleNamespace(traffic=traffic)) == (  # type: ignore[arg-type]
         "trace: mooncake replay, prefix-cache hit rate 0.300 counted, 0.500 implied ± 0.05: "
         "MISMATCH")
-    schema = json.loads((Path(__file__).parents[2] / "reports" / "schema"
+    schema = json.loads((Path(__file__).parents[3] / "reports" / "schema"
                          / "summary.schema.json").read_text())
     document = to_json(traffic)
     jsonschema.Draft202012Validator(schema["properties"]["traffic"]).validate(document)
