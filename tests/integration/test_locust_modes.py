@@ -34,6 +34,7 @@ def rows(result) -> dict[str, list]:
     return pq.read_table(result.run_dir / "samples.parquet").to_pydict()
 
 
+@pytest.mark.timing  # Locust's run time and arrival spacing: one at a time
 def test_processes_split_open_loop_arrivals_without_overlap(fast_standin: str,
                                                             tmp_path: Path) -> None:
     result = run_cli(["run", "scenario=chat", f"server.url={fast_standin}", *COMMON,
@@ -55,6 +56,7 @@ def test_processes_split_open_loop_arrivals_without_overlap(fast_standin: str,
     assert abs(measured - 200) <= 4
 
 
+@pytest.mark.timing  # Locust's run time and arrival spacing: one at a time
 def test_two_workers_lose_and_duplicate_no_row(tmp_path: Path) -> None:
     """Closed loop over 2 Locust worker processes: every request the stand-in served (its own
     send log, joined by X-Request-Id) is exactly one row, and every row was served."""
