@@ -25,6 +25,9 @@ def timed_standin() -> Iterator[str]:
         yield url
 
 
+# 64 users' TTFT tail is the box's: four tests at a time on two cores widened the p99
+# interval to 7.96 s (fresh-clone CI at cf8213b); alone it bounds p99 near 50 ms
+@pytest.mark.timing
 def test_a_p99_met_ninety_times_over_passes(timed_standin: str, tmp_path: Path) -> None:
     result = run_cli(["run", "scenario=chat", f"server.url={timed_standin}",
                       "traffic.duration=20s", "traffic.arrival.users=64",
