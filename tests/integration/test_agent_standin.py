@@ -151,25 +151,27 @@ def test_sub_agents_run_concurrently_and_the_join_waits_for_them(tmp_path: Path)
 def test_a_capacity_search_counts_concurrent_sessions(tmp_path: Path) -> None:
     """`vllm-slo capacity` over closed-loop users of agent sessions: the load is concurrent
     sessions, judged on `session_e2e`. The stand-in serves 2 requests at a time
-    (`--max-num-seqs 2`); a session is 3 turns of ~0.09 s with 0.4 s tools, so a session
-    holds a slot ~27% of its ~1.07 s and 2 slots carry ~7 sessions before the queue builds:
-    2 sessions (~15 in the window each) are under `session_e2e p50 < 1.5s`, 24 are over (each
-    turn waits behind ~20)."""
-    env = {**cli_env(), "FAKE_VLLM_TTFT": "0.05", "FAKE_VLLM_ITL": "0.01"}
-    # 16 s windows: ~28 sessions at 2 users; in 8 s, 14 sessions held ~4 effective samples
-    # beyond the median on a loaded box (5 needed) and the lowest step stayed INCONCLUSIVE
-    base = [arg for arg in RUN[1:-1] if not arg.startswith(("traffic.warmup=",
-                                                             "traffic.duration="))]
-    result = run_cli(["capacity", *base, "server.args.max-num-seqs=2", "traffic.warmup=1s",
-                      "traffic.duration=16s",
-                      'slo={session_e2e: ["p50 < 1.5s"]}',
+    (`--max-num-seqs 2`); a session is 3 turns of ~0.045 s with 0.2 s tools (the other tests'
+    timings, twice as fast), so a session holds a slot ~27% of its ~0.54 s and 2 slots carry
+    ~7 sessions before the queue builds: 2 sessions (~15 in the window each) are under
+    `session_e2e p50 < 0.75s`, 24 are over (each turn waits behind ~20)."""
+    env = {**cli_env(), "FAKE_VLLM_TTFT": "0.025", "FAKE_VLLM_ITL": "0.005"}
+    # 8 s windows of these 0.54 s sessions: ~28 sessions at 2 users; 14 sessions held ~4
+    # effective samples beyond the median on a loaded box (5 needed) and the lowest step
+    # stayed INCONCLUSIVE
+    base = [arg.replace(f"mean: {TOOL_S}s", f"mean: {TOOL_S / 2}s") for arg in RUN[1:-1]
+            if not arg.startswith(("traffic.warmup=", "traffic.duration="))]
+    assert any(f"mean: {TOOL_S / 2}s" in arg for arg in base)
+    result = run_cli(["capacity", *base, "server.args.max-num-seqs=2", "traffic.warmup=0.5s",
+                      "traffic.duration=8s",
+                      'slo={session_e2e: ["p50 < 0.75s"]}',
                       "capacity={load: traffic.arrival.users, low: 2, high: 24, "
                       "tolerance: 100%, lengthen: 0, budget: 3m}"],
                      tmp_path / "runs", env=env, timeout_s=400)
     assert result.run_dir is not None, result.output
     assert result.returncode in (0, 3), result.output
     data = json.loads((result.run_dir / "capacity.json").read_text())
-    assert data["unit"] == "users" and data["limiting_slo"] == "session_e2e p50 < 1.5s"
+    assert data["unit"] == "users" and data["limiting_slo"] == "session_e2e p50 < 0.75s"
     outcomes = {step["load"]: step["outcome"] for step in data["steps"]}
     assert outcomes[2] == "under" and outcomes[24] == "over", outcomes
     low, high = data["capacity"]["interval"]
