@@ -117,8 +117,10 @@ def installed_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     venv = tmp_path_factory.mktemp("user-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120,
                    env=cli_env())
+    # --no-compile: pip would byte-compile every module of numpy, scipy, pyarrow, ... (most
+    # of the install's time); a run compiles the ones it imports
     install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                              str(wheel)],
+                              "--no-compile", str(wheel)],
                              capture_output=True, text=True, timeout=900, env=cli_env())
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     return venv
