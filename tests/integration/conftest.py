@@ -150,6 +150,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (requires_vllm.mark in item.iter_markers("skipif")
                 and item.get_closest_marker("vllm_no_traffic") is None):
             item.add_marker(pytest.mark.vllm)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the longest files first
+        items.sort(key=lambda item: -LONGEST_FILES_S.get(item.path.name, 0.0))
+
+
+# The parallel step's longest files (their tests' seconds in a 4-worker run on the 2-core
+# box), handed out first: `--dist loadfile` deals files in collection order (tox.ini turns
+# off xdist's own reorder, which puts files with the most tests first), and a long file dealt
+# last ran on alone while the other workers sat idle. sort() is stable: the rest keep their
+# order.
+LONGEST_FILES_S = {
+    "test_vllm_args.py": 243.0, "test_remote_workers.py": 230.0,
+    "test_capacity_race_standin.py": 140.0, "test_agent_standin.py": 100.0,
+    "test_sequential_standin.py": 105.0, "test_wheel_install.py": 100.0,
+    "test_capacity.py": 90.0, "test_locust_modes.py": 89.0, "test_hostile_server.py": 84.0,
+    "test_lifecycle.py": 77.0, "test_no_orphans.py": 41.0,
+}
 
 
 def processes_in_group(pgid: int) -> list[str]:
