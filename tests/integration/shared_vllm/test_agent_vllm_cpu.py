@@ -30,8 +30,8 @@ PLANNED = TURNS + BRANCHES * BRANCH_TURNS
 def test_agent_sessions_with_a_tool_message_per_turn(shared_vllm: VllmServer,
                                                      tmp_path: Path) -> None:
     result = run_cli([
-        "run", "scenario=agent", f"server.url={shared_vllm.base_url}", "traffic.duration=15s",
-        "traffic.warmup=3s", "traffic.arrival={kind: closed, users: 3, think_time: 0.1s}",
+        "run", "scenario=agent", f"server.url={shared_vllm.base_url}", "traffic.duration=8s",
+        "traffic.warmup=2s", "traffic.arrival={kind: closed, users: 3, think_time: 0.1s}",
         f"traffic.agent={{turns: {TURNS}, system_prompt_tokens: 100, task_tokens: 30, "
         f"output_tokens: {OUTPUT_TOKENS}, tool_result_tokens: {RESULT_TOKENS}, "
         "tool_latency: {kind: constant, mean: 0.2s}, tool_format: openai, "

@@ -27,7 +27,7 @@ def server(shared_vllm: VllmServer) -> str:
 def attach(server: str, scenario: str, tmp_path: Path, *extra: str):
     # a key is given once (a repeated override is refused): the test's own values win
     given = {item.split("=", 1)[0] for item in extra}
-    defaults = [d for d in ("traffic.duration=10s", "traffic.warmup=2s")
+    defaults = [d for d in ("traffic.duration=6s", "traffic.warmup=1s")
                 if d.split("=", 1)[0] not in given]
     result = run_cli(["run", f"scenario={scenario}", f"server.url={server}", *defaults,
                       *extra], tmp_path)
@@ -72,7 +72,7 @@ def test_sharegpt_replays_all_turns_with_recorded_lengths(server: str, tmp_path:
 
 
 def test_same_seed_sends_the_same_bytes(server: str, tmp_path: Path) -> None:
-    args = ("traffic.chat.turns=2", "traffic.duration=3s", "traffic.warmup=0s")
+    args = ("traffic.chat.turns=2", "traffic.duration=2s", "traffic.warmup=0s")
     first = attach(server, "chat", tmp_path / "a", *args)
     second = attach(server, "chat", tmp_path / "b", *args)
     third = attach(server, "chat", tmp_path / "c", *args, "traffic.seed=8")
