@@ -145,6 +145,10 @@ class CapacityStep:
     stability: Stability
     goodput_per_s: Interval
     output_tokens_per_s: Interval
+    # requests the server completed per second over the window, in a search over the request
+    # rate (None: a load in other units, or a file written before it was recorded): it bounds
+    # the capacity from above (stats/capacity_search.completion_ceiling)
+    completed_per_s: float | None = None
     ttft_s: Mapping[str, float | None]  # p50, p90, p99 point values
     e2e_s: Mapping[str, float | None]
     kv_cache_usage_mean: float | None
@@ -159,7 +163,8 @@ class CapacityStep:
             load=self.load, attempt=self.attempt,
             slos=tuple(SloReading(s.slo, s.value, s.threshold, s.upper_bound, s.verdict)
                        for s in self.slos),
-            stable=self.stability.stable, invalid_reason=invalid)
+            stable=self.stability.stable, invalid_reason=invalid,
+            completed_per_s=self.completed_per_s)
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> CapacityStep:
@@ -175,6 +180,7 @@ class CapacityStep:
                 waiting_quarter_means=_tuple(stab["waiting_quarter_means"])),
             goodput_per_s=Interval(**data["goodput_per_s"]),
             output_tokens_per_s=Interval(**data["output_tokens_per_s"]),
+            completed_per_s=data.get("completed_per_s"),
             ttft_s=dict(data["ttft_s"]), e2e_s=dict(data["e2e_s"]),
             kv_cache_usage_mean=data["kv_cache_usage_mean"], waiting_mean=data["waiting_mean"],
             exit_code=data["exit_code"], invalid_reasons=tuple(data["invalid_reasons"]),
@@ -290,6 +296,8 @@ def capacity_step(document: RunSummaryDocument, stable: Stability,
         output_tokens_per_s=Interval(value=document.output_tokens_per_s.value,
                                      ci_low=document.output_tokens_per_s.ci_low,
                                      ci_high=document.output_tokens_per_s.ci_high),
+        completed_per_s=(_finite(document.requests_per_s.value) if load_key == RATE_KEY
+                         else None),
         ttft_s={key: ttft[key].value for key in ("p50", "p90", "p99") if key in ttft},
         e2e_s={key: e2e[key].value for key in ("p50", "p90", "p99") if key in e2e},
         kv_cache_usage_mean=_mean(server.kv_cache_usage if server else None),
@@ -310,6 +318,7 @@ class TrialCapacity:
     limiting_slo: str | None
     status: SearchStatus
     reason: str
+    completion_ceiling: float | None = None  # req/s (stats/capacity_search.completion_ceiling)
 
 
 def trial_capacity(trial: int, steps: Sequence[CapacityStep], spec: CapacitySpec,
@@ -318,7 +327,8 @@ def trial_capacity(trial: int, steps: Sequence[CapacityStep], spec: CapacitySpec
                                  search_range(spec), confidence)
     return TrialCapacity(trial=trial, value=estimate.value, low=estimate.low,
                          high=estimate.high, limiting_slo=estimate.limiting_slo,
-                         status=status, reason=reason)
+                         status=status, reason=reason,
+                         completion_ceiling=estimate.completion_ceiling)
 
 
 def combined_capacity(trials: Sequence[TrialCapacity], confidence: float) -> CapacityEstimate:
@@ -327,16 +337,21 @@ def combined_capacity(trials: Sequence[TrialCapacity], confidence: float) -> Cap
     instance's); one trial's own otherwise."""
     if len(trials) == 1:
         only = trials[0]
-        return CapacityEstimate(only.value, only.low, only.high, confidence, only.limiting_slo)
+        return CapacityEstimate(only.value, only.low, only.high, confidence, only.limiting_slo,
+                                only.completion_ceiling)
     values = [t.value for t in trials if t.value is not None]
     lows = [t.low for t in trials]
     highs = [t.high for t in trials]
     limiting = [t.limiting_slo for t in trials if t.limiting_slo]
+    ceilings = [t.completion_ceiling for t in trials if t.completion_ceiling is not None]
     return CapacityEstimate(
         float(np.median(values)) if len(values) == len(trials) else None,
         None if any(v is None for v in lows) else min(v for v in lows if v is not None),
         None if any(v is None for v in highs) else max(v for v in highs if v is not None),
-        confidence, max(set(limiting), key=limiting.count) if limiting else None)
+        confidence, max(set(limiting), key=limiting.count) if limiting else None,
+        # the hull's: each trial's interval lies under its own ceiling, the hull under the
+        # highest of them
+        max(ceilings) if len(ceilings) == len(trials) else None)
 
 
 def overall_status(trials: Sequence[TrialCapacity]) -> SearchStatus:
@@ -370,7 +385,8 @@ def capacity_exit_code(status: SearchStatus, estimate: CapacityEstimate,
 
 def _interval_json(estimate: CapacityEstimate) -> dict[str, Any]:
     return {"value": estimate.value, "interval": [estimate.low, estimate.high],
-            "confidence": estimate.confidence}
+            "confidence": estimate.confidence,
+            "completion_ceiling_per_s": estimate.completion_ceiling}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -409,7 +425,8 @@ class CapacityDocument:
             scenario=data["scenario"], variant=data["variant"], load=data["load"],
             unit=data["unit"],
             capacity=CapacityEstimate(capacity["value"], low, high, capacity["confidence"],
-                                      data["limiting_slo"]),
+                                      data["limiting_slo"],
+                                      capacity.get("completion_ceiling_per_s")),
             limiting_slo=data["limiting_slo"], status=SearchStatus(data["status"]),
             reason=data["reason"], exit_code=data["exit_code"], require=data["require"],
             tolerance=data["tolerance"], started_utc=data["started_utc"],

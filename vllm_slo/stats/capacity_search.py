@@ -23,10 +23,15 @@ PASS. The measured coverage (docs/statistics.md "Capacity", benchmarks/capacity_
 is ~94% at a 60 s window and 10% tolerance but ~73-90% at 30 s or 5%: use windows of 60 s or
 more. The point value interpolates the limiting SLO's statistic (log statistic / threshold
 against log load) between the two ends.
+
+For a load in req/s, the lowest completion rate of a step over capacity bounds the capacity
+from above (arrivals beyond what the server completes only queue): neither the point value
+nor the interval's high end is ever above it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,6 +94,9 @@ class StepReading:
     slos: tuple[SloReading, ...]
     stable: bool
     invalid_reason: str | None = None
+    # requests the server completed per second over the window (None: not counted, or a load
+    # not in req/s): an open loop's capacity can never exceed what an overloaded step completed
+    completed_per_s: float | None = None
 
     @property
     def outcome(self) -> StepClass:
@@ -255,6 +263,41 @@ class CapacityEstimate:
     high: float | None
     confidence: float
     limiting_slo: str | None
+    # the lowest completion rate of a step over capacity (req/s; None: no such step, or a load
+    # not in req/s): the server's throughput ceiling, which bounds the capacity from above
+    completion_ceiling: float | None = None
+
+
+def completion_ceiling(readings: Sequence[StepReading]) -> float | None:
+    """The lowest completion rate among the loads over capacity (each load's last attempt):
+    arrivals beyond what the server completes only queue, so no sustainable arrival rate lies
+    above it. At a stable over-step it is about the load itself; at an overloaded one it is the
+    server's throughput (an H100 search once printed 59 req/s from a bracket [38, 64] whose 64
+    req/s step completed 36)."""
+    rates = [r.completed_per_s for r in latest_by_load(readings).values()
+             if r.outcome is StepClass.OVER and r.completed_per_s is not None
+             and math.isfinite(r.completed_per_s) and r.completed_per_s > 0]
+    return min(rates) if rates else None
+
+
+def bounded_by_ceiling(estimate: CapacityEstimate, ceiling: float | None) -> CapacityEstimate:
+    """The estimate with nothing above the completion ceiling: the interval's high end and the
+    point value at most the ceiling. A ceiling below the interval's low end (a load read under
+    capacity above what an overloaded step completed: two readings that disagree within their
+    noise) widens the interval down to it instead of claiming a single load."""
+    if ceiling is None:
+        return estimate
+    low, high, value = estimate.low, estimate.high, estimate.value
+    if low is not None and ceiling < low:
+        low, high = ceiling, low
+    elif high is None or ceiling < high:
+        high = ceiling
+    if value is not None and high is not None:
+        value = min(value, high)
+    if value is not None and low is not None:
+        value = max(value, low)
+    return dataclasses.replace(estimate, value=value, low=low, high=high,
+                               completion_ceiling=ceiling)
 
 
 def _limiting(over: StepReading) -> SloReading | None:
@@ -284,7 +327,8 @@ def interpolated_crossing(low: float, high: float, pressure_low: float | None,
 def estimate_capacity(readings: Sequence[StepReading], search: SearchRange,
                       confidence: float) -> CapacityEstimate:
     """The capacity from the steps so far: the bracket as its interval, the limiting SLO's
-    crossing as its value; one end open when the range did not bracket it."""
+    crossing as its value; one end open when the range did not bracket it; nothing above the
+    completion ceiling (`bounded_by_ceiling`)."""
     low, high = bracket(readings)
     latest = latest_by_load(readings)
     if low is not None and high is not None and high < low:  # not monotone: no capacity
@@ -292,16 +336,19 @@ def estimate_capacity(readings: Sequence[StepReading], search: SearchRange,
     if high is None:
         return CapacityEstimate(None, low, None, confidence, None)
     limiting = _limiting(latest[high])
+    ceiling = completion_ceiling(readings)
     if low is None:
-        return CapacityEstimate(None, None, high, confidence,
-                                limiting.slo if limiting else None)
+        return bounded_by_ceiling(CapacityEstimate(None, None, high, confidence,
+                                                   limiting.slo if limiting else None), ceiling)
     pressure_low = None
     if limiting is not None:
         pressure_low = next((r.pressure for r in latest[low].slos if r.slo == limiting.slo),
                             None)
     value = interpolated_crossing(low, high, pressure_low,
                                   limiting.pressure if limiting else None, search.whole)
-    return CapacityEstimate(value, low, high, confidence, limiting.slo if limiting else None)
+    return bounded_by_ceiling(
+        CapacityEstimate(value, low, high, confidence, limiting.slo if limiting else None),
+        ceiling)
 
 
 def quarter_levels(times_s: np.ndarray, values: np.ndarray, start_s: float, span_s: float,

@@ -28,11 +28,25 @@ def capacity_line(document: CapacityDocument) -> str:
             f"{limit}")
 
 
+def completion_ceiling_line(document: CapacityDocument) -> str | None:
+    """The completion ceiling, when it lies below every load read over capacity (it then
+    bounded the capacity more tightly than the verdicts did); None otherwise."""
+    ceiling = document.capacity.completion_ceiling
+    over = [step.load for step in document.steps if step.outcome == "over"]
+    if ceiling is None or not over or ceiling >= min(over):
+        return None
+    return (f"the server completed at most {_load(ceiling)} {document.unit} at a load over "
+            "capacity: neither the capacity nor its interval lies above that")
+
+
 def render_capacity_text(document: CapacityDocument) -> str:
     name = document.scenario_name + (f" / {document.variant}" if document.variant else "")
     lines = [f"{name}: {capacity_line(document)}",
-             f"  {document.status.value}: {document.reason}",
-             f"  {'load':>10} {'outcome':>8}  SLOs"]
+             f"  {document.status.value}: {document.reason}"]
+    ceiling_line = completion_ceiling_line(document)
+    if ceiling_line:
+        lines.append(f"  {ceiling_line}")
+    lines.append(f"  {'load':>10} {'outcome':>8}  SLOs")
     for step in document.steps:
         slos = "; ".join(
             f"{s.slo} {s.verdict.value}"
