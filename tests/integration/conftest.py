@@ -151,7 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.get_closest_marker("vllm_no_traffic") is None):
             item.add_marker(pytest.mark.vllm)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the longest files first
-        items.sort(key=lambda item: -LONGEST_FILES_S.get(item.path.name, 0.0))
+        items.sort(key=lambda item: -LONGEST_FILES_S.get(item.path.name, 0.0)
+                   if item.path.parent.name == "integration" else 0.0)
 
 
 # The parallel step's longest files (their tests' seconds in a 4-worker run on the 2-core
