@@ -283,7 +283,7 @@ def test_traffic_waits_for_the_agreed_start(fast_standin: str, tmp_path: Path,
     assert int(exit_code) == 0
     print(f"first send {min(sends) - gate[0]:.3f} s after the gate")
     # 7-12 ms on a quiet 2-core box; 0.33 s (0.61 s in CI) while Locust's workers rebuilt its
-    # argument parser per option of the spawn message (users._defaults_once)
+    # argument parser per option of the spawn message (locust_quirks.py)
     assert gate[0] <= min(sends) < gate[0] + 0.25, (min(sends) - gate[0])
     assert max(sends) > gate[0] + 4.0  # warm-up + measured window counted from the gate
     assert "after the agreed traffic start" not in (

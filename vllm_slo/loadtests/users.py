@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 import numpy as np
 from gevent.event import Event
-from locust import User, argument_parser, constant, events, task
+from locust import User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
@@ -319,16 +319,6 @@ def _wait_for_start_gate(environment: Environment, start_at_unix_s: float) -> No
               f"starting at once", flush=True)
 
 
-def _defaults_once() -> None:
-    """A Locust worker handles each spawn message by rebuilding Locust's whole argument
-    parser once per option the master sent (`default_args_dict()` in a comprehension's
-    condition, ~60 builds of 5-10 ms): its test_start and first sends came 0.33 s after the
-    master's start on a quiet 2-core box, 0.61 s in CI, past a side-by-side round's start gate.
-    The defaults cannot change within a process: built once here."""
-    defaults = argument_parser.default_args_dict()
-    argument_parser.default_args_dict = lambda: dict(defaults)
-
-
 def _remote_worker(environment: Environment, token: str) -> None:
     """A `vllm-slo worker`: everything from the master, rows back to it (remote_channel.py)."""
     load_plugins()  # the metrics and profiles registered here (VLLM_SLO_PLUGINS)
@@ -351,8 +341,6 @@ def _configure(environment: Environment, **_kwargs: Any) -> None:
     options = environment.parsed_options
     run_dir = getattr(options, "vllm_slo_run_dir", "") if options else ""
     token = os.environ.get(TOKEN_ENV, "")
-    if isinstance(environment.runner, WorkerRunner):
-        _defaults_once()
     if not run_dir and token and isinstance(environment.runner, WorkerRunner):
         _remote_worker(environment, token)
         gevent.get_hub().loop.update_now()
