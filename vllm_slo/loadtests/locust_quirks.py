@@ -30,6 +30,7 @@ change within a process: they are built once.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import time
@@ -88,8 +89,8 @@ def install() -> None:
     import locust.runners
     from locust import argument_parser
 
-    defaults = argument_parser.default_args_dict()
-    argument_parser.default_args_dict = lambda: dict(defaults)
+    built_once = functools.cache(argument_parser.default_args_dict)  # on first use only
+    argument_parser.default_args_dict = lambda: dict(built_once())
 
     # through the module's namespace: a stand-in object replaces the `inspect` module Locust
     # imported there, which an attribute assignment would (rightly) not type-check

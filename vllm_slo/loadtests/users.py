@@ -70,7 +70,7 @@ WORKERS_READY_POLL_S = 0.02
 WORKERS_LATE_WAIT_S = 60.0
 START_LATE_WARN_S = 0.1
 
-locust_quirks.install()  # Locust's stop must not block the loop (locust_quirks.py)
+locust_quirks.install()  # Locust behaviours that distort timings (locust_quirks.py)
 arrow_memory.use_system_allocator()  # flat memory over long runs (arrow_memory.py)
 
 
